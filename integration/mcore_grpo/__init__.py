@@ -1,0 +1,1 @@
+"""GRPO on a patched Megatron-Core tree: the glue policy worker and its pieces."""

@@ -1,0 +1,1 @@
+"""The patch-series tooling of mcore-rl-stack (Python standard library and git only)."""
