@@ -23,7 +23,6 @@ PINNED_CONFIG: tuple[str, ...] = (
     "diff.context=3",
     "diff.interHunkContext=0",
     "diff.suppressBlankEmpty=false",
-    "diff.orderFile=",
     "format.signature=",
     "format.signOff=false",
     "format.coverLetter=false",
@@ -54,6 +53,7 @@ FORMAT_PATCH_ARGS: tuple[str, ...] = (
     "--no-attach",
     "--no-cover-letter",
     "--no-add-header",
+    "-O/dev/null",
 )
 
 # Environment that makes git independent of the caller's global/system config and locale.
