@@ -1,0 +1,151 @@
+"""Clipped policy-gradient loss with a KL penalty to the reference policy.
+
+Same formula as NeMo-RL's `ClippedPGLossFn` (nemo_rl/algorithms/loss/loss_functions.py) for
+the GRPO settings this project uses (no importance-sampling correction, no CISPO/GSPO):
+
+    L = E_t[ max(-A_t * r_t, -A_t * clip(r_t, 1 - eps_low, 1 + eps_high)) ]
+        + beta * E_t[ KL_k3(pi_theta || pi_ref) ]        with r_t = exp(logp_t - logp_old_t)
+
+optionally with dual clipping (``ratio_clip_c``) for negative advantages. The per-token KL
+estimator is Schulman's k1/k2/k3 with NeMo-RL's input and output clamps.
+
+Normalisation is global, not per microbatch: token-level loss divides the masked sum by the
+number of valid tokens in the *whole* optimizer step (all microbatches, all data-parallel
+ranks); sequence-level loss averages each sequence over its tokens and divides by the global
+number of valid sequences. The caller passes those global counts, so summing the microbatch
+losses gives exactly the full-batch mean and gradient accumulation needs no rescaling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+KL_TYPES = ("k1", "k2", "k3")
+
+
+@dataclass(frozen=True)
+class ClippedPGLossConfig:
+    """The `loss_fn.*` keys of the run config (NeMo-RL names and defaults)."""
+
+    reference_policy_kl_penalty: float = 0.01
+    reference_policy_kl_type: str = "k3"
+    kl_input_clamp_value: float | None = 20.0
+    kl_output_clamp_value: float | None = 10.0
+    ratio_clip_min: float = 0.2
+    ratio_clip_max: float = 0.2
+    ratio_clip_c: float | None = None
+    token_level_loss: bool = True
+
+    def __post_init__(self) -> None:
+        if self.reference_policy_kl_type not in KL_TYPES:
+            raise ValueError(
+                f"loss_fn.reference_policy_kl_type={self.reference_policy_kl_type!r}: "
+                f"use one of {', '.join(KL_TYPES)}"
+            )
+        if self.ratio_clip_c is not None and self.ratio_clip_c <= 1:
+            raise ValueError(
+                f"loss_fn.ratio_clip_c={self.ratio_clip_c}: dual clipping needs a value > 1 "
+                "(usually 3), or null to disable it"
+            )
+
+
+def calculate_kl(
+    logprobs: torch.Tensor,
+    logprobs_reference: torch.Tensor,
+    kl_type: str = "k3",
+    input_clamp_value: float | None = 20.0,
+    output_clamp_value: float | None = 10.0,
+) -> torch.Tensor:
+    """Per-token KL(pi || pi_ref) estimate from the sampled tokens' logprobs.
+
+    http://joschu.net/blog/kl-approx.html with ``logr = logp_ref - logp``:
+    k1 = -logr, k2 = logr^2 / 2, k3 = exp(logr) - 1 - logr (unbiased and >= 0).
+    """
+    logr = logprobs_reference - logprobs
+    if input_clamp_value is not None:
+        logr = logr.clamp(min=-input_clamp_value, max=input_clamp_value)
+    if kl_type == "k1":
+        kl = -logr
+    elif kl_type == "k2":
+        kl = logr.square() / 2
+    elif kl_type == "k3":
+        kl = torch.exp(logr) - 1 - logr
+    else:
+        raise ValueError(f"kl_type={kl_type!r}: use one of {', '.join(KL_TYPES)}")
+    if output_clamp_value is not None:
+        kl = kl.clamp(min=-output_clamp_value, max=output_clamp_value)
+    return kl
+
+
+def _reduce(
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    token_level: bool,
+    global_valid_toks: float | torch.Tensor,
+    global_valid_seqs: float | torch.Tensor,
+) -> torch.Tensor:
+    """Masked sum normalised by the global token count, or by the global sequence count."""
+    if token_level:
+        return (per_token * mask).sum() / global_valid_toks
+    tokens_per_seq = mask.sum(dim=-1)
+    seq_mean = (per_token * mask).sum(dim=-1) / tokens_per_seq.clamp(min=1)
+    return (seq_mean * (tokens_per_seq > 0)).sum() / global_valid_seqs
+
+
+def clipped_pg_loss(
+    logprobs: torch.Tensor,
+    prev_logprobs: torch.Tensor,
+    reference_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    cfg: ClippedPGLossConfig,
+    *,
+    global_valid_toks: float | torch.Tensor,
+    global_valid_seqs: float | torch.Tensor,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The GRPO loss of one microbatch, already divided by the step's global counts.
+
+    All tensors are aligned on generated-token positions, shape [B, T]: `logprobs` (current
+    policy, with grad), `prev_logprobs` (policy before this step), `reference_logprobs`,
+    `mask` (1 where a response token is scored). `advantages` is [B] or [B, T].
+    Returns the loss and detached metric terms (each normalised like the loss, so they too
+    sum over microbatches): ``actor_loss``, ``kl_penalty``, ``kl`` (unscaled KL estimate),
+    ``clip_fraction`` (share of tokens the clip decided, token-normalised).
+    """
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(-1)
+    advantages = advantages.expand_as(logprobs)
+    mask = mask.to(logprobs.dtype)
+
+    ratios = torch.exp(logprobs - prev_logprobs)
+    clipped = ratios.clamp(1.0 - cfg.ratio_clip_min, 1.0 + cfg.ratio_clip_max)
+    unclipped_loss, clipped_loss = -advantages * ratios, -advantages * clipped
+    clip_loss = torch.max(unclipped_loss, clipped_loss)
+    if cfg.ratio_clip_c is not None:
+        dual = -advantages * cfg.ratio_clip_c
+        clip_loss = torch.where(advantages < 0, torch.min(clip_loss, dual), clip_loss)
+    token_level = cfg.token_level_loss
+    actor_loss = _reduce(clip_loss, mask, token_level, global_valid_toks, global_valid_seqs)
+
+    kl_tokens = calculate_kl(
+        logprobs,
+        reference_logprobs,
+        cfg.reference_policy_kl_type,
+        cfg.kl_input_clamp_value,
+        cfg.kl_output_clamp_value,
+    )
+    kl = _reduce(kl_tokens, mask, token_level, global_valid_toks, global_valid_seqs)
+    kl_penalty = cfg.reference_policy_kl_penalty * kl
+    loss = actor_loss + kl_penalty
+
+    # Tokens whose loss the clip decided (their gradient is zero this step).
+    was_clipped = (clipped_loss > unclipped_loss).to(mask.dtype)
+    metrics = {
+        "actor_loss": actor_loss.detach(),
+        "kl_penalty": kl_penalty.detach(),
+        "kl": kl.detach(),
+        "clip_fraction": ((was_clipped * mask).sum() / global_valid_toks).detach(),
+    }
+    return loss, metrics
