@@ -1,0 +1,1 @@
+"""Run-config presets (YAML) for `mcore-grpo --preset NAME`; see docs/grpo.md."""
