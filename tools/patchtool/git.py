@@ -111,6 +111,17 @@ def git_text(args: list[str], cwd: str | Path, **kwargs: object) -> str:
     return out.strip()
 
 
+def git_ok(args: list[str], cwd: str | Path, env: dict[str, str] | None = None) -> bool:
+    """True if `git <args>` exits 0 (for questions such as `cat-file -e`)."""
+    cmd = ["git"]
+    for item in PINNED_CONFIG:
+        cmd += ["-c", item]
+    proc = subprocess.run(
+        [*cmd, *args], cwd=str(cwd), capture_output=True, env=git_env(env), check=False
+    )
+    return proc.returncode == 0
+
+
 def format_patch(repo: str | Path, rev_range: str) -> bytes:
     """The mbox of `rev_range` exactly as patch files store it."""
     out = git([*FORMAT_PATCH_ARGS, rev_range], repo, binary=True)

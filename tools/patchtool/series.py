@@ -70,7 +70,7 @@ class FileDiff:
     created: bool = False
     deleted: bool = False
     hunks: list[Hunk] = field(default_factory=list)
-    # (patch line, raw path text) of every path the diff header names, for path checks.
+    # (patch line, path) of every path the diff header names (prefix stripped), for path checks.
     path_refs: list[tuple[int, str]] = field(default_factory=list)
 
     @property
@@ -248,10 +248,12 @@ def _parse_diffs(patch: Patch, lines: list[str], start: int) -> None:
                     current.old_mode = current.new_mode = idx.group(3)
         elif line.startswith("--- "):
             current.old_path = _strip_prefix(line[4:], "a/")
-            current.path_refs.append((num, line[4:]))
+            if current.old_path is not None:
+                current.path_refs.append((num, current.old_path))
         elif line.startswith("+++ "):
             current.new_path = _strip_prefix(line[4:], "b/")
-            current.path_refs.append((num, line[4:]))
+            if current.new_path is not None:
+                current.path_refs.append((num, current.new_path))
         elif line.startswith(("rename from ", "copy from ")):
             current.old_path = unquote_path(line.split(" ", 2)[2])
             current.path_refs.append((num, current.old_path))
@@ -280,7 +282,7 @@ def _paths_from_diff_git(patch: Patch, lines: list[str]) -> None:
         half = len(rest) // 2
         a_part, b_part = rest[:half], rest[half + 1 :]
         old, new = _strip_prefix(a_part, "a/"), _strip_prefix(b_part, "b/")
-        diff.path_refs += [(diff.line, a_part), (diff.line, b_part)]
+        diff.path_refs += [(diff.line, p) for p in (old, new) if p is not None]
         diff.old_path = None if diff.created else old
         diff.new_path = None if diff.deleted else new
 

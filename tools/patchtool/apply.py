@@ -1,0 +1,303 @@
+"""`apply` and `reset`: bring a checkout to its pin and apply its series strictly, atomically.
+
+Strict: `git am -k` without -3 (git refuses fuzz; offsets are fine). Reproducible: committer
+identity and date are the patch's author and date. Idempotent: a digest of pin + series in the
+checkout's config plus `refs/patchtool/applied` make a repeated run a fast no-op. Atomic: any
+failure aborts `git am` and restores HEAD, branch refs, index and worktree (and the stash).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import GitError, PatchToolError
+from .git import git, git_ok, git_text
+from .manifest import Upstream
+from .paths import patch_path_problems
+from .series import Patch, SeriesEntry, load_series
+from .sources import (
+    MISSING,
+    PIN_REF,
+    STANDIN,
+    Downloader,
+    checkout_dir,
+    detect_source,
+    ensure_source,
+    is_repo,
+    pip_download,
+)
+
+BRANCH = "patched"
+BRANCH_REF = f"refs/heads/{BRANCH}"
+APPLIED_REF = "refs/patchtool/applied"
+DIGEST_KEY = "patchtool.digest"
+_AM_OPTS = ["-k", "--quiet", "--no-3way", "--whitespace=nowarn", "--committer-date-is-author-date"]
+
+Series = list[tuple[SeriesEntry, Patch]]
+
+
+@dataclass
+class Outcome:
+    """What happened to one upstream; `state` is applied|unchanged|not-verified|reset."""
+
+    name: str
+    state: str
+    message: str
+    patches: int = 0
+    head: str = ""
+    stash: str = ""
+
+    def as_dict(self) -> dict[str, object]:
+        return dict(self.__dict__)
+
+
+def series_digest(up: Upstream, series_dir: Path, series: Series) -> str:
+    """Digest of everything an applied state depends on: pin, stand-in spec, series bytes."""
+    h = hashlib.sha256(f"{up.commit}\n{up.standin}\n".encode())
+    for entry, _ in series:
+        h.update(entry.name.encode() + b"\0" + (series_dir / entry.name).read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def dirty_files(repo: Path) -> list[str]:
+    """Uncommitted changes (tracked and untracked, not ignored) as `XY path` lines."""
+    out = git(["status", "--porcelain=v1", "--untracked-files=normal"], repo)
+    assert isinstance(out, str)
+    return [line for line in out.splitlines() if line.strip()]
+
+
+def _head(repo: Path) -> tuple[str, str]:
+    """(symbolic ref or '', commit) of HEAD."""
+    ref = git_text(["symbolic-ref", "-q", "HEAD"], repo, check=False)
+    return ref, git_text(["rev-parse", "-q", "--verify", "HEAD"], repo, check=False)
+
+
+def _ref(repo: Path, ref: str) -> str:
+    return git_text(["rev-parse", "-q", "--verify", ref], repo, check=False)
+
+
+def is_noop(repo: Path, digest: str) -> bool:
+    """True if the checkout already is the applied state of exactly this pin + series."""
+    if git_text(["config", "--get", DIGEST_KEY], repo, check=False) != digest:
+        return False
+    ref, head = _head(repo)
+    return ref == BRANCH_REF and head == _ref(repo, APPLIED_REF) and not dirty_files(repo)
+
+
+def refuse_or_stash(repo: Path, up: Upstream, force: bool, command: str) -> str:
+    """Refuse on uncommitted changes listing them; with --force stash them and return the ref."""
+    dirty = dirty_files(repo)
+    if not dirty:
+        return ""
+    if not force:
+        listed = ", ".join(line[3:] for line in dirty[:20]) + (" ..." if len(dirty) > 20 else "")
+        raise PatchToolError(
+            f"{up.name}: {up.path} has uncommitted changes ({listed}); commit or stash them, "
+            f"or re-run `tools/patches {command} --force {up.name}` to stash them (nothing is deleted)"
+        )
+    message = f"tools/patches {command} --force: saved before {command}"
+    git(["stash", "push", "--include-untracked", "-m", message], repo)
+    return _ref(repo, "refs/stash")
+
+
+def guard_branch(repo: Path, up: Upstream, pin: str, force: bool) -> str:
+    """Refuse to move branch `patched` if it holds commits apply did not make; --force keeps them."""
+    current = _ref(repo, BRANCH_REF)
+    if not current or current in (_ref(repo, APPLIED_REF), pin):
+        return ""
+    keep = f"{BRANCH}-before-{current[:12]}"
+    if not force:
+        raise PatchToolError(
+            f"{up.name}: branch {BRANCH} ({current[:12]}) has commits tools/patches did not make; "
+            f"keep them (git -C {up.path} branch my-work {BRANCH}) or re-run with --force, "
+            f"which saves them as branch {keep}"
+        )
+    git(["update-ref", f"refs/heads/{keep}", current], repo)
+    return keep
+
+
+def check_safe_paths(up: Upstream, series: Series, checkout: Path | None) -> None:
+    for _, patch in series:
+        problems = [*patch.problems, *patch_path_problems(patch, checkout)]
+        if problems:
+            line, why = problems[0]
+            raise PatchToolError(
+                f"{up.series_dir / patch.path.name}:{line}: {why}; refusing to apply"
+            )
+
+
+def check_preimages(repo: Path, pin: str, up: Upstream, series: Series) -> None:
+    """On a stand-in, every pre-image blob must be the stand-in's file (else it is no proxy)."""
+    paths = sorted({d.old_path for _, p in series for d in p.files if d.old_path})
+    blobs: dict[str, str | None] = dict.fromkeys(paths)
+    if paths:
+        out = git_text(["ls-tree", "-r", "--full-tree", pin, "--", *paths], repo)
+        for row in out.splitlines():
+            meta, path = row.split("\t", 1)
+            blobs[path] = meta.split()[2]
+    for entry, patch in series:
+        for diff in patch.files:
+            if diff.is_new or not diff.old_path:
+                if diff.new_path:
+                    blobs[diff.new_path] = diff.new_blob
+                continue
+            have = blobs.get(diff.old_path)
+            where = f"{up.series_dir / entry.name}:{diff.line}"
+            if have is None:
+                raise PatchToolError(
+                    f"{where}: {diff.old_path} is not in the stand-in ({up.standin.package if up.standin else ''} "
+                    "release archive); this patch cannot be verified on a stand-in: provide the clone"
+                )
+            if diff.old_blob and not have.startswith(diff.old_blob):
+                raise PatchToolError(
+                    f"{where}: {diff.old_path} in the stand-in is blob {have[:12]}, the patch "
+                    f"expects {diff.old_blob[:12]}: the release archive differs from the pinned "
+                    "commit there; refusing (use a clone of the pin, or rebase the series)"
+                )
+            if diff.old_path != diff.new_path:
+                blobs[diff.old_path] = None
+            if diff.new_path:
+                blobs[diff.new_path] = diff.new_blob or have
+
+
+def _failure_detail(stderr: str, patch: Patch, entry: SeriesEntry, up: Upstream) -> str:
+    """Name the file and hunk that failed from git am's stderr."""
+    where = f"{entry.name} ({up.series_dir}/series:{entry.line})"
+    match = re.search(r"error: patch failed: (.+):(\d+)", stderr)
+    if match:
+        path, start = match.group(1), int(match.group(2))
+        for diff in patch.files:
+            if diff.old_path == path:
+                for hunk in diff.hunks:
+                    if hunk.old_start == start:
+                        return f"{where}: {path}: hunk {hunk.range_text} ({entry.name}:{hunk.line}) does not apply"
+        return f"{where}: {path}: hunk at line {start} does not apply"
+    match = re.search(
+        r"error: (.+?): (does not exist in index|already exists in (?:index|working directory)|does not match index|patch does not apply)",
+        stderr,
+    )
+    if match:
+        return f"{where}: {match.group(1)}: {match.group(2)}"
+    lines = [ln for ln in stderr.splitlines() if ln.startswith(("error:", "fatal:"))]
+    return f"{where}: {lines[0] if lines else 'git am failed'}"
+
+
+def run_am(repo: Path, up: Upstream, series_dir: Path, series: Series, pin: str) -> None:
+    """`git am` the series, grouped by author so committer = author, date = author date."""
+    groups: list[Series] = []
+    for pair in series:
+        author = (pair[1].author_name, pair[1].author_email)
+        if groups and (groups[-1][0][1].author_name, groups[-1][0][1].author_email) == author:
+            groups[-1].append(pair)
+        else:
+            groups.append([pair])
+    for group in groups:
+        env = {
+            "GIT_COMMITTER_NAME": group[0][1].author_name,
+            "GIT_COMMITTER_EMAIL": group[0][1].author_email,
+        }
+        files = [str(series_dir / entry.name) for entry, _ in group]
+        try:
+            git(["am", *_AM_OPTS, *files], repo, env=env)
+        except GitError as exc:
+            done = int(git_text(["rev-list", "--count", f"{pin}..HEAD"], repo))
+            entry, patch = series[done]
+            detail = _failure_detail(exc.stderr, patch, entry, up)
+            raise PatchToolError(
+                f"{up.name}: patch {done + 1}/{len(series)} {detail} on {up.tag or pin[:12]} "
+                f"(strict: no fuzz, no 3-way); checkout restored; next step: "
+                f"tools/patches rebase {up.name} --to <ref>, or fix {entry.name}"
+            ) from exc
+
+
+def _restore(repo: Path, ref: str, head: str, refs: dict[str, str], stash: str) -> None:
+    """Put HEAD, refs, index, worktree (and stashed changes) back as they were."""
+    am_dir = repo / git_text(["rev-parse", "--git-path", "rebase-apply"], repo)
+    if am_dir.exists():
+        git(["am", "--abort"], repo, check=False)
+    for name, value in refs.items():
+        if value:
+            git(["update-ref", name, value], repo)
+        else:
+            git(["update-ref", "-d", name], repo, check=False)
+    git(["checkout", "-q", "-f", "--detach", head], repo)
+    if ref:
+        git(["symbolic-ref", "HEAD", ref], repo)
+    git(["reset", "-q", "--hard", "HEAD"], repo)
+    if stash:
+        git(["stash", "pop", "--index", "-q"], repo)
+
+
+def apply_upstream(
+    root: Path, up: Upstream, *, force: bool = False, downloader: Downloader = pip_download
+) -> Outcome:
+    """Apply `up`'s series on its pin as branch `patched`; see the module docstring."""
+    series_dir = root / up.series_dir
+    series = load_series(series_dir)
+    check_safe_paths(up, series, None)
+    repo = checkout_dir(root, up)
+    digest = series_digest(up, series_dir, series)
+    if is_repo(repo) and is_noop(repo, digest):
+        head = _ref(repo, "HEAD")
+        return Outcome(
+            up.name,
+            "unchanged",
+            f"already applied ({len(series)} patches), nothing to do",
+            len(series),
+            head,
+        )
+    source = ensure_source(root, up, downloader)
+    if source.kind == MISSING:
+        return Outcome(
+            up.name,
+            "not-verified",
+            f"series of {len(series)} patches NOT verified here: {source.detail}",
+            len(series),
+        )
+    check_safe_paths(up, series, repo)
+    if source.kind == STANDIN:
+        check_preimages(repo, source.pin, up, series)
+    saved = guard_branch(repo, up, source.pin, force)
+    stash = refuse_or_stash(repo, up, force, "apply")
+    ref, head = _head(repo)
+    refs = {name: _ref(repo, name) for name in (BRANCH_REF, APPLIED_REF, PIN_REF)}
+    try:
+        git(["checkout", "-q", "--detach", source.pin], repo)
+        run_am(repo, up, series_dir, series, source.pin)
+        new_head = git_text(["rev-parse", "HEAD"], repo)
+        git(["update-ref", "-m", "tools/patches apply", BRANCH_REF, new_head], repo)
+        git(["symbolic-ref", "HEAD", BRANCH_REF], repo)
+        git(["update-ref", APPLIED_REF, new_head], repo)
+        git(["update-ref", PIN_REF, source.pin], repo)
+        git(["config", DIGEST_KEY, digest], repo)
+    except BaseException:
+        _restore(repo, ref, head, refs, stash)
+        raise
+    notes = [f"applied {len(series)} patches on {up.tag or up.commit[:12]} ({source.detail})"]
+    notes.append(f"branch {BRANCH} at {new_head[:12]}")
+    if saved:
+        notes.append(f"previous {BRANCH} kept as branch {saved}")
+    if stash:
+        notes.append(f"uncommitted changes stashed as {stash[:12]} (git -C {up.path} stash pop)")
+    return Outcome(up.name, "applied", "; ".join(notes), len(series), new_head, stash)
+
+
+def reset_upstream(root: Path, up: Upstream, *, force: bool = False) -> Outcome:
+    """Check out the pinned commit (detached), with the same dirty-tree rule as apply."""
+    repo = checkout_dir(root, up)
+    source = detect_source(root, up)
+    if source.kind == MISSING or not source.pin:
+        return Outcome(up.name, "not-verified", f"nothing to reset: {source.detail}")
+    stash = refuse_or_stash(repo, up, force, "reset")
+    before = _ref(repo, "HEAD")
+    git(["checkout", "-q", "--detach", source.pin], repo)
+    git(["config", "--unset", DIGEST_KEY], repo, check=False)
+    if git_ok(["rev-parse", "-q", "--verify", APPLIED_REF], repo):
+        git(["update-ref", "-d", APPLIED_REF], repo)
+    note = f"at pin {source.pin[:12]} (was {before[:12]})"
+    if stash:
+        note += f"; uncommitted changes stashed as {stash[:12]}"
+    return Outcome(up.name, "reset", note, 0, source.pin, stash)

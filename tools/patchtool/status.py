@@ -1,0 +1,121 @@
+"""`status`: per upstream, the pin, where the source came from, and what state HEAD is in."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from .apply import APPLIED_REF, BRANCH, BRANCH_REF, DIGEST_KEY, dirty_files, series_digest
+from .command import Command, root_of
+from .errors import PatchToolError
+from .git import git_ok, git_text
+from .manifest import Upstream, load_manifest
+from .pins import committed_gitlink, staged_gitlink
+from .series import Patch, SeriesEntry, load_series
+from .sources import MISSING, STANDIN, checkout_dir, detect_source
+
+
+def _applied_count(repo: Path, pin: str, series: list[tuple[SeriesEntry, Patch]]) -> int:
+    """How many series patches, in order, are the commits pin..HEAD (matched by subject)."""
+    if not git_ok(["merge-base", "--is-ancestor", pin, "HEAD"], repo):
+        return 0
+    subjects = git_text(["log", "--reverse", "--format=%s", f"{pin}..HEAD"], repo).splitlines()
+    count = 0
+    for subject, (_, patch) in zip(subjects, series, strict=False):
+        if subject != " ".join(patch.subject.split()):
+            break
+        count += 1
+    return count
+
+
+def upstream_status(root: Path, up: Upstream) -> dict[str, object]:
+    """Everything `status` shows for one upstream, as plain data."""
+    source = detect_source(root, up)
+    row: dict[str, object] = {
+        "name": up.name,
+        "path": up.path,
+        "tag": up.tag,
+        "commit": up.commit,
+        "source": source.kind,
+        "source_detail": source.detail,
+        "gitlink_staged": staged_gitlink(root, up),
+        "gitlink_committed": committed_gitlink(root, up),
+    }
+    try:
+        series = load_series(root / up.series_dir)
+        row["patches_total"] = len(series)
+    except PatchToolError as exc:
+        series, row["patches_total"], row["series_error"] = [], None, str(exc)
+    if source.kind == MISSING:
+        row.update(head="", branch="", patches_applied=0, clean=None, dirty_files=[])
+        row.update(patched_state=False, note=f"missing: series NOT verified here ({source.detail})")
+        return row
+    repo = checkout_dir(root, up)
+    ref = git_text(["symbolic-ref", "-q", "HEAD"], repo, check=False)
+    head = git_text(["rev-parse", "-q", "--verify", "HEAD"], repo, check=False)
+    dirty = dirty_files(repo)
+    digest = git_text(["config", "--get", DIGEST_KEY], repo, check=False)
+    applied_ref = git_text(["rev-parse", "-q", "--verify", APPLIED_REF], repo, check=False)
+    current = (
+        series_digest(up, root / up.series_dir, series) if row["patches_total"] is not None else ""
+    )
+    expected = bool(current) and digest == current and head == applied_ref and ref == BRANCH_REF
+    applied = (
+        len(series) if expected else _applied_count(repo, source.pin, series) if source.pin else 0
+    )
+    if ref == BRANCH_REF:
+        note = f"on branch {BRANCH} (HEAD is NOT the pin: do not commit this gitlink)"
+    elif head == source.pin:
+        note = "detached at the pin (unpatched)"
+    else:
+        note = (
+            f"HEAD {head[:12]} is neither the pin nor the applied series: run tools/patches apply"
+        )
+    if source.kind == STANDIN:
+        note += f"; {source.detail}"
+    if not expected and ref == BRANCH_REF:
+        note += "; series or pin changed since apply: run tools/patches apply"
+    row.update(head=head, branch=ref.removeprefix("refs/heads/"), patches_applied=applied)
+    row.update(clean=not dirty, dirty_files=dirty, patched_state=expected, note=note)
+    return row
+
+
+def _human(row: dict[str, object]) -> str:
+    pin = f"{row['tag'] or '(no tag)'} {str(row['commit'])[:12]}"
+    total = row["patches_total"] if row["patches_total"] is not None else "?"
+    clean = {True: "clean", False: "DIRTY", None: "-"}[row["clean"]]  # type: ignore[index]
+    state = "yes" if row["patched_state"] else "no"
+    gitlink = (
+        "ok"
+        if row["gitlink_staged"] == row["commit"]
+        else f"STAGED {str(row['gitlink_staged'])[:12] or 'none'} != pin"
+    )
+    lines = [
+        f"{row['name']}: pin {pin}, source {row['source']} ({row['source_detail']})",
+        f"  patches {row['patches_applied']}/{total} applied, {clean}, expected patched state: {state}, gitlink {gitlink}",
+        f"  {row['note']}",
+    ]
+    if row["dirty_files"]:
+        lines.append("  uncommitted: " + ", ".join(str(f)[3:] for f in row["dirty_files"]))  # type: ignore[union-attr]
+    return "\n".join(lines)
+
+
+def _configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("upstreams", nargs="*", metavar="UPSTREAM")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _run(args: argparse.Namespace) -> int:
+    root = root_of(args)
+    rows = [upstream_status(root, up) for up in load_manifest(root).select(args.upstreams)]
+    if args.json:
+        print(json.dumps({"upstreams": rows}, indent=2))
+    else:
+        print("\n".join(_human(row) for row in rows))
+    return 0
+
+
+STATUS = Command(
+    "status", "pin, source kind, applied patches and state per upstream", _configure, _run
+)
