@@ -1,0 +1,106 @@
+"""Worker configuration: one dataclass, validated once, read by every piece."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+LossLevel = Literal["token", "sequence"]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """GPT dimensions; on GPU `hf_checkpoint` (via Megatron-Bridge) overrides them."""
+
+    num_layers: int = 2
+    hidden_size: int = 32
+    num_attention_heads: int = 4
+    ffn_hidden_size: int | None = None
+    vocab_size: int = 64
+    max_sequence_length: int = 32
+    # The model's embedding rows; > vocab_size models a padded vocab (ids >= vocab_size are
+    # never valid tokens and are masked out of sampling).
+    padded_vocab_size_override: int | None = None
+    hf_checkpoint: str | None = None
+
+    @property
+    def padded_vocab_size(self) -> int:
+        """Rows of the embedding/output layer."""
+        return self.padded_vocab_size_override or self.vocab_size
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """Model-parallel sizes; DP is world_size / (TP * PP)."""
+
+    tensor_model_parallel_size: int = 1
+    pipeline_model_parallel_size: int = 1
+
+
+@dataclass(frozen=True)
+class DDPConfig:
+    """megatron-core DistributedDataParallel flags the worker exposes."""
+
+    use_distributed_optimizer: bool = True
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False
+    grad_reduce_in_fp32: bool = True
+    bucket_size: int | None = None
+
+
+@dataclass(frozen=True)
+class OptimizerSettings:
+    """Adam settings passed to `get_megatron_optimizer`."""
+
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_eps: float = 1e-8
+    clip_grad: float = 1.0
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """GRPO clipped policy-gradient loss and how it is normalised."""
+
+    level: LossLevel = "token"
+    ratio_clip: float = 0.2
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Everything the policy worker needs; `validate()` raises with the field to fix."""
+
+    device: Literal["cpu", "cuda"] = "cpu"
+    seed: int = 1234
+    micro_batch_size: int = 2
+    model: ModelConfig = field(default_factory=ModelConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    ddp: DDPConfig = field(default_factory=DDPConfig)
+    optimizer: OptimizerSettings = field(default_factory=OptimizerSettings)
+    loss: LossConfig = field(default_factory=LossConfig)
+
+    def validate(self) -> WorkerConfig:
+        """Reject configurations the worker cannot run, naming the field to change."""
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"WorkerConfig.device must be 'cpu' or 'cuda', got {self.device!r}")
+        if self.loss.level not in ("token", "sequence"):
+            raise ValueError(
+                f"WorkerConfig.loss.level must be 'token' or 'sequence', got {self.loss.level!r}"
+            )
+        if self.parallel.pipeline_model_parallel_size != 1:
+            raise NotImplementedError(
+                "WorkerConfig.parallel.pipeline_model_parallel_size > 1 is not implemented: "
+                "logprobs and sampling would have to be broadcast from the last stage. Use 1."
+            )
+        if self.ddp.overlap_param_gather and not self.ddp.use_distributed_optimizer:
+            raise ValueError(
+                "WorkerConfig.ddp.overlap_param_gather needs use_distributed_optimizer=True "
+                "(megatron-core only gathers params for the distributed optimizer)."
+            )
+        if self.micro_batch_size < 1:
+            raise ValueError(
+                f"WorkerConfig.micro_batch_size must be >= 1, got {self.micro_batch_size}"
+            )
+        return self

@@ -1,0 +1,40 @@
+"""One forward pass of the policy: masks, positions, full-vocab logits, token logprobs."""
+
+from __future__ import annotations
+
+import torch
+
+
+def attention_inputs(valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Position ids and the megatron attention mask for (possibly left-) padded rows.
+
+    `valid` is [B, S] (1 = real token). The mask is [B, 1, S, S] bool, True = masked: causal
+    plus key padding. megatron-core's local attention uses a given mask as-is (no implicit
+    causal mask when one is passed), so both parts are needed. Positions count real tokens
+    only, so a left-padded prompt sees the same positions as the unpadded one.
+    """
+    valid = valid.bool()
+    seq = valid.shape[1]
+    causal = torch.ones(seq, seq, dtype=torch.bool, device=valid.device).triu(1)
+    mask = causal[None, None, :, :] | ~valid[:, None, None, :]
+    positions = (valid.long().cumsum(dim=1) - 1).clamp(min=0)
+    return positions, mask
+
+
+def policy_logits(
+    model: torch.nn.Module, input_ids: torch.Tensor, valid: torch.Tensor
+) -> torch.Tensor:
+    """[B, S, V] fp32 logits over the full (padded) vocab, gathered across TP ranks."""
+    from megatron.core import parallel_state, tensor_parallel
+
+    positions, mask = attention_inputs(valid)
+    logits = model(input_ids, positions, mask)
+    if parallel_state.get_tensor_model_parallel_world_size() > 1:
+        logits = tensor_parallel.gather_from_tensor_model_parallel_region(logits)
+    return logits.float()
+
+
+def next_token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+    """[B, S-1]: log p(input_ids[:, t+1] | prefix up to t)."""
+    logp = torch.log_softmax(logits[:, :-1, :], dim=-1)
+    return logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1)

@@ -1,0 +1,235 @@
+"""The GRPO policy worker: NeMo-RL's worker method names, composed from the small pieces.
+
+Phase contract (see docs/worker.md): every entry point first asks the `PhaseGuard`; the
+`prepare_for_*` / `offload_*` / `finish_generation` steps are the only phase transitions.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import torch
+import torch.distributed as dist
+
+from mcore_grpo.config import WorkerConfig
+from mcore_grpo.cpu import cpu_device, model_parallel_seed
+from mcore_grpo.forward import next_token_logprobs, policy_logits
+from mcore_grpo.generation import GenerationOutput, SamplingParams, generate
+from mcore_grpo.loss import Batch
+from mcore_grpo.model import PolicyModel, build_policy, sync_params
+from mcore_grpo.offload import (
+    Offloader,
+    OffloadReport,
+    destroy_process_groups,
+    reload_process_groups,
+)
+from mcore_grpo.parallel import init_distributed, init_model_parallel
+from mcore_grpo.phase_guard import Phase, PhaseGuard
+from mcore_grpo.process_group_rebind import GroupSnapshot, rebind_groups
+from mcore_grpo.reference import ReferencePolicy
+from mcore_grpo.train_step import SplitTrainStep
+
+F = TypeVar("F", bound=Callable[..., Any])
+CudaGraphToggle = Callable[[torch.nn.Module, str], None]
+
+T, LP, GEN, OFF = Phase.TRAINING, Phase.LOGPROB_INFERENCE, Phase.GENERATION, Phase.OFFLOADED
+ON_DEVICE = (T, LP, GEN)
+
+
+def _entry(*allowed: Phase) -> Callable[[F], F]:
+    """Entry point: check the phase, then run inside the CPU redirects (when configured)."""
+
+    def wrap(method: F) -> F:
+        @functools.wraps(method)
+        def run(self: MegatronPolicyWorker, *args: Any, **kwargs: Any) -> Any:
+            if allowed:
+                self.guard.require(method.__name__, *allowed)
+            with cpu_device(self.config.device):
+                return method(self, *args, **kwargs)
+
+        return run  # type: ignore[return-value]
+
+    return wrap
+
+
+def megatron_cuda_graph_toggle(model: torch.nn.Module, set_to: str) -> None:
+    """megatron-core's own toggle (adds/deletes `cudagraph_manager` submodules); GPU only."""
+    from megatron.core.transformer.utils import toggle_cuda_graphs
+
+    toggle_cuda_graphs(model, set_to=set_to)
+
+
+class MegatronPolicyWorker:
+    """One rank's policy: train, logprobs, reference logprobs, generation, offload."""
+
+    def __init__(
+        self, config: WorkerConfig, cuda_graph_toggle: CudaGraphToggle | None = None
+    ) -> None:
+        self.config = config.validate()
+        self.guard = PhaseGuard(Phase.TRAINING)
+        # Generation-time CUDA graphs: None = off. On CPU tests inject a stand-in toggle.
+        self.cuda_graph_toggle = cuda_graph_toggle
+        init_distributed(self.config)
+        self.layout = init_model_parallel(self.config)
+        with cpu_device(self.config.device):
+            model_parallel_seed(self.config.seed, self.config.device)
+            self.policy: PolicyModel = build_policy(self.config)
+            self.reference = ReferencePolicy(self.policy)
+        self.train_step = SplitTrainStep(self.policy, self.config)
+        self.offloader = Offloader(self.policy)
+        self._group_snapshot: tuple[Any, GroupSnapshot] | None = None
+
+    # ---- training -------------------------------------------------------------------
+    @_entry(T)
+    def train(self, batch: Batch) -> dict[str, float]:
+        """One optimizer step over this rank's slice of the global batch."""
+        return self.train_step.train(batch)
+
+    @_entry(T)
+    def begin_train_step(self) -> None:
+        """Open a split train step (see `SplitTrainStep.begin`)."""
+        self.train_step.begin()
+
+    @_entry(T)
+    def train_microbatch(self, batch: Batch) -> None:
+        """Accumulate one chunk's gradient sums (no reduction)."""
+        self.train_step.train_microbatch(batch)
+
+    @_entry(T)
+    def finish_train_step(self) -> dict[str, float]:
+        """Normalise, reduce once, step."""
+        return self.train_step.finish()
+
+    @_entry()
+    def abort_train_step(self) -> None:
+        """Drop an open step (idempotent, any phase)."""
+        self.train_step.abort()
+
+    # ---- inference ------------------------------------------------------------------
+    @torch.no_grad()
+    def _logprobs(self, batch: Batch) -> torch.Tensor:
+        ddp = self.policy.ddp
+        ddp.eval()
+        try:
+            logits = policy_logits(ddp, batch["input_ids"], batch["attention_mask"])
+            lp = next_token_logprobs(logits, batch["input_ids"])
+        finally:
+            ddp.train()
+        # NeMo-RL layout: aligned with input_ids, position 0 has no logprob.
+        return torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
+
+    @_entry(LP, T)
+    def get_logprobs(self, batch: Batch) -> torch.Tensor:
+        """[B, S] policy logprobs of input_ids (0 at position 0)."""
+        return self._logprobs(batch)
+
+    @_entry(LP, T)
+    def get_reference_policy_logprobs(self, batch: Batch) -> torch.Tensor:
+        """[B, S] reference-policy logprobs, policy weights restored afterwards."""
+        with self.reference.swapped_in(self.policy):
+            return self._logprobs(batch)
+
+    @_entry(GEN)
+    def generate(
+        self,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        params: SamplingParams,
+        generator: torch.Generator | None = None,
+    ) -> GenerationOutput:
+        """Sample continuations of left-padded prompts with the current policy."""
+        self.policy.ddp.eval()
+        return generate(
+            self.policy.ddp,
+            prompt_ids,
+            prompt_mask,
+            params,
+            self.config.model.vocab_size,
+            generator,
+        )
+
+    # ---- phase transitions ----------------------------------------------------------
+    def _ensure_on_device(self) -> None:
+        if self._group_snapshot is not None:
+            self.reload_process_groups()
+        if self.offloader.is_offloaded:
+            self.offloader.onload()
+
+    @_entry()
+    def prepare_for_training(self) -> None:
+        """Weights, grads and optimizer state on device; train mode."""
+        self._ensure_on_device()
+        self.policy.ddp.train()
+        self.guard.enter(T)
+
+    @_entry()
+    def prepare_for_lp_inference(self) -> None:
+        """Weights on device and current (param sync); eval-ready."""
+        self._ensure_on_device()
+        sync_params(self.policy)
+        self.guard.enter(LP)
+
+    @_entry()
+    def prepare_for_generation(self) -> None:
+        """Sync params, switch generation CUDA graphs on, keep the DDP hook invariant."""
+        self._ensure_on_device()
+        ddp = self.policy.ddp
+        hooks = bool(getattr(ddp, "remove_forward_pre_hook_handles", None))
+        if hooks:
+            ddp.disable_forward_pre_hook(param_sync=True)
+        else:
+            sync_params(self.policy)
+        if self.cuda_graph_toggle is not None:
+            self.cuda_graph_toggle(self.policy.gpt, "local")
+        if hooks:
+            # Hooks are enabled outside the reference swap; re-registering here also covers
+            # the cudagraph_manager submodules the toggle just added.
+            ddp.enable_forward_pre_hook()
+        self.guard.enter(GEN)
+
+    @_entry(GEN)
+    def finish_generation(self) -> None:
+        """Switch generation CUDA graphs off (deletes their submodules)."""
+        if self.cuda_graph_toggle is not None:
+            self.cuda_graph_toggle(self.policy.gpt, "none")
+        self.guard.enter(LP)
+
+    @_entry(*ON_DEVICE)
+    def offload_before_refit(self) -> OffloadReport:
+        """Free grads and optimizer state (params stay for the refit)."""
+        self.train_step.abort()
+        report = self.offloader.offload(grads=True, optimizer=True)
+        self.guard.enter(OFF)
+        return report
+
+    @_entry()
+    def offload_after_refit(self) -> OffloadReport:
+        """Free everything, parameters included."""
+        self.train_step.abort()
+        if self.offloader.is_offloaded:
+            self.offloader.onload()
+        report = self.offloader.offload(grads=True, optimizer=True)
+        self.guard.enter(OFF)
+        return report
+
+    @_entry(OFF)
+    def offload_process_groups(self, mode: str = "manual") -> Any:
+        """Destroy megatron's NCCL groups (time-sharing); rebuilt by any prepare_for_*."""
+        before = GroupSnapshot.capture()
+        result = destroy_process_groups(mode=mode)
+        self._group_snapshot = (result, before)
+        return result
+
+    def reload_process_groups(self) -> None:
+        """Rebuild the groups and point DDP/optimizer at the new group objects."""
+        if self._group_snapshot is None:
+            return
+        result, before = self._group_snapshot
+        snapshot = result[0] if isinstance(result, tuple) else getattr(result, "snapshot", result)
+        with cpu_device(self.config.device):
+            reload_process_groups(snapshot)
+            rebind_groups(before, GroupSnapshot.capture(), self.policy)
+        self._group_snapshot = None
+        dist.barrier()
