@@ -92,3 +92,51 @@ def make_patch(
 
 def trailers(test: str = "tests/test_x.py::test_fix", status: str = "pending") -> list[str]:
     return [f"Upstream-Status: {status}", "Origin: mcore-rl-stack", f"Test: {test}"]
+
+
+def make_superproject(
+    root: Path,
+    upstream: Path,
+    name: str = "Up",
+    patches: list[tuple[str, bytes]] | None = None,
+    tag: str = "v1",
+    standin: str = "",
+) -> Path:
+    """A superproject: manifest pinning `upstream` at `tag`, a gitlink, a checkout, a series.
+
+    The submodule URL is the local path of `upstream` (plain git reaches it offline).
+    """
+    sha = run(["rev-parse", f"{tag}^{{commit}}"], upstream)
+    root.mkdir(parents=True)
+    run(["init", "-q", "-b", "main"], root)
+    series_dir = root / "patches" / name
+    series_dir.mkdir(parents=True)
+    for patch_name, data in patches or []:
+        (series_dir / patch_name).write_bytes(data)
+    (series_dir / "series").write_text("".join(f"{n}\n" for n, _ in patches or []))
+    (root / "patches" / "upstreams.toml").write_text(
+        f'[{name}]\npath = "3rdparty/{name}"\nurl = "{upstream}"\ntag = "{tag}"\n'
+        f'commit = "{sha}"\ndistribution = "{name.lower()}"\n' + standin
+    )
+    (root / ".gitmodules").write_text(
+        f'[submodule "3rdparty/{name}"]\n\tpath = 3rdparty/{name}\n\turl = {upstream}\n'
+    )
+    checkout = root / "3rdparty" / name
+    run(["clone", "-q", "--no-checkout", str(upstream), str(checkout)], root)
+    run(["checkout", "-q", "--detach", sha], checkout)
+    run(["add", ".gitmodules", "patches"], root)
+    run(["update-index", "--add", "--cacheinfo", f"160000,{sha},3rdparty/{name}"], root)
+    run(["commit", "-q", "-m", "superproject"], root)
+    return root
+
+
+def tree_state(root: Path) -> dict[str, bytes]:
+    """Every file under patches/ plus the index's gitlinks: what a failed rebase must not change."""
+    state = {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in (root / "patches").rglob("*")
+        if p.is_file()
+    }
+    state["<index>"] = run(["ls-files", "-s"], root).encode()
+    state["<.gitmodules>"] = (root / ".gitmodules").read_bytes()
+    return state

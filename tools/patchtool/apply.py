@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import GitError, PatchToolError
-from .git import git, git_ok, git_text
+from .git import git, git_text
 from .manifest import Upstream
 from .paths import patch_path_problems
 from .series import Patch, SeriesEntry, load_series
@@ -294,9 +294,7 @@ def reset_upstream(root: Path, up: Upstream, *, force: bool = False) -> Outcome:
     stash = refuse_or_stash(repo, up, force, "reset")
     before = _ref(repo, "HEAD")
     git(["checkout", "-q", "--detach", source.pin], repo)
-    git(["config", "--unset", DIGEST_KEY], repo, check=False)
-    if git_ok(["rev-parse", "-q", "--verify", APPLIED_REF], repo):
-        git(["update-ref", "-d", APPLIED_REF], repo)
+    # Branch `patched` and refs/patchtool/applied stay: a later apply recognises its own work.
     note = f"at pin {source.pin[:12]} (was {before[:12]})"
     if stash:
         note += f"; uncommitted changes stashed as {stash[:12]}"
