@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from . import cmd_apply, lint, status
+from . import export as export_cmd
 from .command import Command
 from .errors import PatchToolError
 
@@ -18,6 +19,7 @@ COMMANDS: list[Command] = [
     cmd_apply.RESET,
     status.STATUS,
     lint.LINT,
+    export_cmd.EXPORT,
 ]
 
 
