@@ -109,6 +109,7 @@ def test_export_is_byte_stable_under_hostile_git_config(
         + '[diff "hostile"]\n    xfuncname = "^(line 1.*)$"\n'
     )
     expected = {p.name: p.read_bytes() for p in (superproject / "patches/Up").glob("*.patch")}
+    run(["notes", "add", "-m", "hostile note", "patched"], superproject / "3rdparty/Up")
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(hostile))
     # The hostile config is really in effect for git here.
     assert (

@@ -31,6 +31,12 @@ PINNED_CONFIG: tuple[str, ...] = (
     "format.headers=",
     "format.encodeEmailHeaders=true",
     "format.useAutoBase=false",
+    # A user's format.from / notes / global attributes (diff drivers change hunk headers)
+    # would otherwise leak into exported mboxes (tests/tools/test_export.py, hostile config).
+    "format.from=false",
+    "format.forceInBodyFrom=false",
+    "format.notes=false",
+    "core.attributesFile=/dev/null",
     "am.threeWay=false",
     "am.keepcr=false",
     "apply.whitespace=nowarn",
