@@ -1,0 +1,231 @@
+"""The GRPO loop: prompts -> samples -> rewards -> advantages -> split train step -> next.
+
+The driver (this module) owns the task and the reward; the workers own the model. Per step:
+
+1. draw ``grpo.num_prompts_per_step`` problems (a pure function of seed and step, so a
+   resumed run sees the same prompts), spread whole prompt groups over the workers;
+2. each worker samples ``grpo.num_generations_per_prompt`` responses per group;
+3. the driver scores them (`task.reward`) and computes group-normalised advantages;
+4. the samples are cut into optimizer steps of ``policy.train_global_batch_size``, each cut
+   evenly over the data-parallel workers, which compute policy and reference logprobs and
+   run the split train step (clipped PG loss + KL penalty, one gradient reduction);
+5. metrics.jsonl gets one record, the log one line; a checkpoint is written as configured.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mcore_grpo.grpo import checkpoint
+from mcore_grpo.grpo.advantages import group_advantages
+from mcore_grpo.grpo.config import RunConfig, check_data_parallel, dump_yaml
+from mcore_grpo.grpo.engine import Engine
+from mcore_grpo.grpo.metrics import MetricsWriter, plot_metrics, read_metrics, step_line
+from mcore_grpo.grpo.rank import GroupSpec
+from mcore_grpo.grpo.task import DigitAddTask, Problem
+
+log = logging.getLogger("mcore_grpo")
+
+
+@dataclass
+class RunResult:
+    """What a finished run produced."""
+
+    records: list[dict[str, Any]] = field(default_factory=list)
+    metrics_path: Path | None = None
+    plot_path: Path | None = None
+    checkpoint_path: Path | None = None
+
+
+def split_even(items: list[Any], parts: int) -> list[list[Any]]:
+    """`items` cut into `parts` contiguous equal slices (the caller checked divisibility)."""
+    size = len(items) // parts
+    return [items[i * size : (i + 1) * size] for i in range(parts)]
+
+
+class GRPOLoop:
+    """Drives the engine through `grpo.max_num_steps` GRPO steps."""
+
+    def __init__(
+        self,
+        config: RunConfig,
+        task: DigitAddTask,
+        engine: Engine,
+        output_dir: Path,
+        *,
+        on_step: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.task = task
+        self.engine = engine
+        self.output_dir = output_dir
+        self.on_step = on_step
+        self.dp = check_data_parallel(config, engine.world_size)
+        if config.grpo.num_prompts_per_step % self.dp:
+            raise ValueError(
+                f"grpo.num_prompts_per_step={config.grpo.num_prompts_per_step} must be a "
+                f"multiple of the data-parallel size {self.dp} (whole prompt groups per worker)"
+            )
+        prompt_len = max(len(p.prompt_ids) for p in task.all_problems())
+        self.seq_len = prompt_len + config.policy.generation.max_new_tokens
+        if self.seq_len > config.policy.max_total_sequence_length:
+            raise ValueError(
+                f"prompt ({prompt_len}) + policy.generation.max_new_tokens "
+                f"({config.policy.generation.max_new_tokens}) = {self.seq_len} tokens exceed "
+                f"policy.max_total_sequence_length={config.policy.max_total_sequence_length}"
+            )
+        self.signature = checkpoint.model_signature(config.to_dict(), task.vocab_size)
+
+    # ---- one step -------------------------------------------------------------------
+    def step(self, step: int) -> dict[str, Any]:
+        """Run GRPO step `step` (1-based) and return its metrics record."""
+        cfg = self.config
+        n = cfg.grpo.num_generations_per_prompt
+        t0 = time.perf_counter()
+        problems = self.task.sample_problems(cfg.grpo.num_prompts_per_step, cfg.grpo.seed, step)
+        groups = [GroupSpec(i, p.prompt_ids) for i, p in enumerate(problems)]
+        world = self.engine.world_size
+        # Prompt groups over ranks; with TP > 1 the ranks of one DP replica share groups.
+        dp_groups = split_even(groups, self.dp)
+        per_rank = [(step, dp_groups[r * self.dp // world]) for r in range(world)]
+        gen_start = time.perf_counter()
+        outputs = self.engine.call("generate", per_rank)
+        generation_time = time.perf_counter() - gen_start
+        # One copy per DP replica, in group order.
+        replica_outputs = [outputs[d * world // self.dp] for d in range(self.dp)]
+        responses = [r for out in replica_outputs for r in out["responses"]]
+        sample_problems: list[Problem] = [p for p in problems for _ in range(n)]
+
+        rewards = torch.tensor(
+            [self.task.reward(r, p) for r, p in zip(responses, sample_problems, strict=True)]
+        )
+        group_ids = torch.arange(len(problems)).repeat_interleave(n)
+        advantages = group_advantages(
+            rewards,
+            group_ids,
+            leave_one_out=cfg.grpo.use_leave_one_out_baseline,
+            normalize=cfg.grpo.normalize_rewards,
+        )
+
+        gbs = cfg.policy.train_global_batch_size
+        total = len(responses)
+        rank_shards: list[list[dict[str, Any]]] = [[] for _ in range(world)]
+        for start in range(0, total, gbs):
+            idx = list(range(start, start + gbs))
+            for d, part in enumerate(split_even(idx, self.dp)):
+                shard = {
+                    "prompts": [list(sample_problems[i].prompt_ids) for i in part],
+                    "responses": [responses[i] for i in part],
+                    "advantages": [float(advantages[i]) for i in part],
+                }
+                for r in range(world):
+                    if r * self.dp // world == d:
+                        rank_shards[r].append(shard)
+        results = self.engine.call(
+            "train", [(step, rank_shards[r], self.seq_len) for r in range(world)]
+        )
+        replica_results = [results[d * world // self.dp] for d in range(self.dp)]
+        kl_tokens = sum(r["tokens"] for r in replica_results)
+        kl = sum(r["kl_sum"] for r in replica_results) / max(kl_tokens, 1.0)
+        losses = results[0]["loss"]  # already reduced over DP by the train step
+        exact = float((rewards == 1.0).float().mean())
+        record = {
+            "step": step,
+            "reward_mean": float(rewards.mean()),
+            "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
+            "accuracy": exact,
+            "loss": sum(losses) / len(losses),
+            "kl": kl,
+            "grad_norm": sum(results[0]["grad_norm"]) / len(losses),
+            "response_tokens_mean": sum(len(r) for r in responses) / len(responses),
+            "generation_time_s": generation_time,
+            "logprob_time_s": max(r["logprob_time_s"] for r in results),
+            "training_time_s": max(r["training_time_s"] for r in results),
+            "step_time_s": time.perf_counter() - t0,
+            "workers": world,
+        }
+        if not math.isfinite(record["loss"]):
+            raise FloatingPointError(
+                f"step {step}: loss is {record['loss']}; lower "
+                "policy.megatron_cfg.optimizer.lr or check the config"
+            )
+        return record
+
+    # ---- checkpoints ----------------------------------------------------------------
+    def save(self, step: int) -> Path:
+        """Atomic checkpoint after `step` (see `mcore_grpo.grpo.checkpoint`)."""
+        tmp = checkpoint.begin_save(self.output_dir, step)
+        self.engine.call("save", [(str(tmp),)] * self.engine.world_size)
+        return checkpoint.finish_save(
+            tmp, step, self.engine.world_size, self.signature, self.config.to_dict()
+        )
+
+    def resume(self) -> int:
+        """Load the latest checkpoint of `output_dir`; returns the step it ended."""
+        point = checkpoint.find_latest(self.output_dir)
+        checkpoint.check_compatible(point, self.signature, self.engine.world_size)
+        self.engine.call(
+            "load",
+            [
+                (str(point.rank_file(r)), str(point.reference_file))
+                for r in range(self.engine.world_size)
+            ],
+        )
+        return point.step
+
+    # ---- the run --------------------------------------------------------------------
+    def run(self, *, resume: bool = False, progress: bool = True) -> RunResult:
+        """All steps; metrics, plot and final checkpoint under `output_dir`."""
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        (self.output_dir / "config.yaml").write_text(dump_yaml(self.config))
+        first = 1
+        if resume:
+            first = self.resume() + 1
+            log.info("resumed from step %d", first - 1)
+        metrics_path = self.output_dir / "metrics.jsonl"
+        writer = MetricsWriter(metrics_path, truncate_after_step=first - 1 if resume else None)
+        max_steps = self.config.grpo.max_num_steps
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=max_steps, initial=first - 1, desc="GRPO", unit="step", leave=True)
+        result = RunResult(metrics_path=metrics_path)
+        period = self.config.checkpointing.save_period
+        try:
+            for step in range(first, max_steps + 1):
+                record = self.step(step)
+                writer.write(record)
+                line = step_line(record, max_steps)
+                if bar is not None:
+                    bar.write(line)
+                    bar.set_postfix(reward=f"{record['reward_mean']:.2f}")
+                    bar.update(1)
+                else:
+                    log.info(line)
+                if self.on_step is not None:
+                    self.on_step(record)
+                if self.config.checkpointing.enabled and period > 0 and step % period == 0:
+                    result.checkpoint_path = self.save(step)
+        finally:
+            if bar is not None:
+                bar.close()
+        if self.config.checkpointing.enabled and first <= max_steps:
+            result.checkpoint_path = self.save(max_steps)
+        result.records = read_metrics(metrics_path)
+        if result.records:
+            result.plot_path = plot_metrics(
+                result.records,
+                self.output_dir / "reward_loss.png",
+                f"GRPO {self.config.policy.model_name} on {self.task.name} "
+                f"({self.engine.world_size} worker{'s' if self.engine.world_size > 1 else ''})",
+            )
+        return result

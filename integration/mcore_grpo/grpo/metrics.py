@@ -1,0 +1,134 @@
+"""Per-step metrics: metrics.jsonl (one JSON object per step), the log line, the end plot."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+# Keys every metrics.jsonl record carries (the issue's contract plus the time split).
+REQUIRED_KEYS = (
+    "step",
+    "reward_mean",
+    "loss",
+    "kl",
+    "step_time_s",
+    "generation_time_s",
+    "logprob_time_s",
+    "training_time_s",
+)
+
+
+class MetricsWriter:
+    """Appends one JSON line per step and fsyncs it, so a crash loses at most the open step."""
+
+    def __init__(self, path: Path, *, truncate_after_step: int | None = None) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if truncate_after_step is not None and path.exists():
+            # On resume drop records of steps after the checkpoint (they will be redone).
+            kept = [r for r in read_metrics(path) if r["step"] <= truncate_after_step]
+            tmp = path.with_suffix(".jsonl.tmp")
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+            os.replace(tmp, path)
+        elif truncate_after_step is None:
+            path.write_text("")
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        """Append `record` (must hold `REQUIRED_KEYS`)."""
+        missing = [k for k in REQUIRED_KEYS if k not in record]
+        if missing:
+            raise KeyError(f"metrics record for step {record.get('step')} lacks {missing}")
+        with self.path.open("a") as f:
+            f.write(json.dumps(dict(record), sort_keys=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """All records of a metrics.jsonl file."""
+    records = []
+    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}:{lineno}: not a JSON record ({err})") from err
+    return records
+
+
+def step_line(record: Mapping[str, Any], max_steps: int) -> str:
+    """The one log line per step."""
+    return (
+        f"step {record['step']:>3}/{max_steps} | reward {record['reward_mean']:.3f} "
+        f"| loss {record['loss']:+.4f} | kl {record['kl']:.5f} "
+        f"| gen {record['generation_time_s']:.2f}s lp {record['logprob_time_s']:.2f}s "
+        f"train {record['training_time_s']:.2f}s | step {record['step_time_s']:.2f}s"
+    )
+
+
+def moving_average(values: Sequence[float], window: int) -> list[float]:
+    """Trailing mean over up to `window` values (for a readable reward curve)."""
+    out = []
+    for i in range(len(values)):
+        chunk = values[max(0, i - window + 1) : i + 1]
+        out.append(sum(chunk) / len(chunk))
+    return out
+
+
+def plot_metrics(records: Sequence[Mapping[str, Any]], png_path: Path, title: str) -> Path:
+    """Reward and loss against step, two panels, written as a PNG (Agg backend, no display)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not records:
+        raise ValueError(f"no metrics to plot into {png_path}")
+    steps = [r["step"] for r in records]
+    rewards = [r["reward_mean"] for r in records]
+    losses = [r["loss"] for r in records]
+    fig, (ax_r, ax_l) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    ax_r.plot(steps, rewards, marker=".", alpha=0.5, label="reward mean")
+    ax_r.plot(steps, moving_average(rewards, 5), label="5-step average")
+    if "accuracy" in records[0]:
+        ax_r.plot(steps, [r["accuracy"] for r in records], alpha=0.6, label="exact-answer rate")
+    ax_r.set_ylabel("reward")
+    ax_r.set_ylim(-0.02, 1.02)
+    ax_r.grid(alpha=0.3)
+    ax_r.legend(loc="lower right")
+    ax_l.plot(steps, losses, color="tab:red", marker=".", label="GRPO loss")
+    ax_l.axhline(0.0, color="grey", lw=0.5)
+    ax_l.set_ylabel("loss")
+    ax_l.set_xlabel("GRPO step")
+    ax_l.grid(alpha=0.3)
+    ax_l.legend(loc="upper right")
+    fig.suptitle(title)
+    fig.tight_layout()
+    png_path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png_path, dpi=110)
+    plt.close(fig)
+    return png_path
+
+
+def summarize(records: Sequence[Mapping[str, Any]], window: int = 5) -> dict[str, float]:
+    """First/last-window reward means and mean step time, for the end-of-run line."""
+    if not records:
+        return {}
+    rewards = [float(r["reward_mean"]) for r in records]
+    w = min(window, len(rewards))
+    times = [float(r["step_time_s"]) for r in records]
+    return {
+        "steps": float(len(records)),
+        "reward_first": sum(rewards[:w]) / w,
+        "reward_last": sum(rewards[-w:]) / w,
+        "reward_max": max(rewards),
+        "step_time_mean_s": sum(times) / len(times),
+        "loss_last": float(records[-1]["loss"]),
+        "kl_last": float(records[-1]["kl"]),
+        "finite": float(all(math.isfinite(float(r["loss"])) for r in records)),
+    }
