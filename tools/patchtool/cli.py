@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import cmd_apply, lint, status
+from . import cmd_apply, lint, rebase_cmd, status
 from . import export as export_cmd
 from .command import Command
 from .errors import PatchToolError
@@ -20,6 +20,7 @@ COMMANDS: list[Command] = [
     status.STATUS,
     lint.LINT,
     export_cmd.EXPORT,
+    rebase_cmd.REBASE,
 ]
 
 

