@@ -262,9 +262,11 @@ def test_rebase_writes_series_retires_upstreamed_and_moves_pin(
     assert new_b != old_b and b"@@ -29,7 +29,7 @@ line 27" in new_b  # line numbers regenerated
     assert not (project / "patches/Up/a.patch").exists()
     retired = (project / "patches/Up/upstreamed/a.patch").read_text()
-    assert "\nUpstream-Status: accepted v2\n" in retired
-    assert "Upstream-Evidence: reverse (the patch reverse-applies on v2)" in retired
-    assert "Test: tests/test_x.py::test_fix\n---\n" in retired  # trailers stay one block
+    assert (
+        "\n\nUpstream-Status: accepted v2\nUpstream-Evidence: reverse (the patch reverse-applies"
+        " on v2); found by tools/patches rebase onto v2\nOrigin: mcore-rl-stack\n"
+        "Test: tests/test_x.py::test_fix\n\ndiff --git"
+    ) in retired  # one trailer block, status first
     assert run(["ls-files", "-s", "3rdparty/Up"], project).split()[1] == v2
     manifest = (project / "patches/upstreams.toml").read_text()
     assert f'commit = "{v2}"' in manifest and 'tag = "v2"' in manifest

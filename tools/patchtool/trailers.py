@@ -34,6 +34,10 @@ def status_value(kind: str, detail: str) -> str:
     return f"{kind} {detail}".strip()
 
 
+def _is_key(line: str, key: str) -> bool:
+    return line.lower().startswith(key.lower() + ":")
+
+
 def _edit_message_lines(lines: list[str], key: str, value: str, where: str) -> list[str]:
     """Replace `key:` in the last paragraph of `lines` (a commit message), or add it there."""
     end = len(lines)
@@ -46,13 +50,16 @@ def _edit_message_lines(lines: list[str], key: str, value: str, where: str) -> l
     is_trailer_block = bool(block) and all(_TRAILER_LINE_RE.match(x) for x in block)
     new_line = f"{key}: {value}"
     if is_trailer_block:
-        hits = [i for i, x in enumerate(block) if x.lower().startswith(key.lower() + ":")]
+        hits = [i for i, x in enumerate(block) if _is_key(x, key)]
         if len(hits) > 1:
             raise PatchToolError(f"{where}: {len(hits)} '{key}:' trailers; keep exactly one")
         if hits:
             block[hits[0]] = new_line
         elif key == STATUS_KEY:
             block.insert(0, new_line)  # the convention puts Upstream-Status first
+        elif key.startswith("Upstream-") and any(_is_key(x, STATUS_KEY) for x in block):
+            at = next(i for i, x in enumerate(block) if _is_key(x, STATUS_KEY))
+            block.insert(at + 1, new_line)  # e.g. Upstream-Evidence right under the status
         else:
             block.append(new_line)
         return [*lines[:start], *block, *lines[end:]]
