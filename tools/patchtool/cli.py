@@ -11,6 +11,7 @@ import sys
 
 from . import cmd_apply, lint, rebase_cmd, status
 from . import export as export_cmd
+from . import open_pr, set_status
 from .command import Command
 from .errors import PatchToolError
 
@@ -21,6 +22,8 @@ COMMANDS: list[Command] = [
     lint.LINT,
     export_cmd.EXPORT,
     rebase_cmd.REBASE,
+    open_pr.OPEN_PR,
+    set_status.SET_STATUS,
 ]
 
 
