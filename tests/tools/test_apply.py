@@ -9,10 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Sandbox, lines, run
-from patchtool.apply import BRANCH_REF, apply_upstream, reset_upstream
-from patchtool.errors import PatchToolError
-from patchtool.manifest import load_manifest
+
+from tests.tools.sandbox import Sandbox, lines, run
+from tools.patchtool.apply import BRANCH_REF, apply_upstream, reset_upstream
+from tools.patchtool.errors import PatchToolError
+from tools.patchtool.manifest import load_manifest
 
 
 def _setup(sandbox: Sandbox) -> tuple[Path, str, dict[str, bytes]]:

@@ -6,11 +6,12 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import Sandbox, lines, run
-from patchtool.apply import apply_upstream
-from patchtool.errors import PatchToolError
-from patchtool.lint import lint_all
-from patchtool.manifest import load_manifest
+
+from tests.tools.sandbox import Sandbox, lines, run
+from tools.patchtool.apply import apply_upstream
+from tools.patchtool.errors import PatchToolError
+from tools.patchtool.lint import lint_all
+from tools.patchtool.manifest import load_manifest
 
 
 def _lint(sandbox: Sandbox) -> list[str]:

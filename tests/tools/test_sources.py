@@ -10,12 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, UNREACHABLE, Sandbox, lines, run, sdist_downloader
-from patchtool.apply import apply_upstream
-from patchtool.errors import PatchToolError
-from patchtool.manifest import Standin, load_manifest
-from patchtool.sources import STANDIN, detect_source
-from patchtool.status import upstream_status
+
+from tests.tools.sandbox import REPO_ROOT, UNREACHABLE, Sandbox, lines, run, sdist_downloader
+from tools.patchtool.apply import apply_upstream
+from tools.patchtool.errors import PatchToolError
+from tools.patchtool.manifest import Standin, load_manifest
+from tools.patchtool.sources import STANDIN, detect_source
+from tools.patchtool.status import upstream_status
 
 STANDIN_SPEC = Standin("sdist", "pkg", "v{version}", "1.0", False, {"pkg/": "src/pkg/"})
 TOOL = [sys.executable, str(REPO_ROOT / "tools" / "patches")]
