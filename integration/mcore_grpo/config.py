@@ -50,8 +50,9 @@ class DDPConfig:
 
 @dataclass(frozen=True)
 class OptimizerSettings:
-    """Adam settings passed to `get_megatron_optimizer`."""
+    """Optimizer settings passed to `get_megatron_optimizer` (adam or plain sgd)."""
 
+    name: Literal["adam", "sgd"] = "adam"
     lr: float = 1e-3
     weight_decay: float = 0.0
     adam_beta1: float = 0.9

@@ -141,7 +141,8 @@ def build_policy(config: WorkerConfig) -> PolicyModel:
     o = config.optimizer
     optimizer = get_megatron_optimizer(
         OptimizerConfig(
-            optimizer="adam",
+            optimizer=o.name,
+            sgd_momentum=0.0,
             lr=o.lr,
             weight_decay=o.weight_decay,
             adam_beta1=o.adam_beta1,
