@@ -9,9 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import cmd_apply, lint, rebase_cmd, status
+from . import check_pins, cmd_apply, lint, open_pr, rebase_cmd, set_status, status
 from . import export as export_cmd
-from . import open_pr, set_status
 from .command import Command
 from .errors import PatchToolError
 
@@ -24,6 +23,7 @@ COMMANDS: list[Command] = [
     rebase_cmd.REBASE,
     open_pr.OPEN_PR,
     set_status.SET_STATUS,
+    check_pins.CHECK_PINS,
 ]
 
 
