@@ -161,3 +161,37 @@ def spawn2(fn: Callable[[], Any], port: int) -> dict[int, Any]:
     for p in procs:
         p.join(60)
     return results
+
+
+class EagerCudaGraphManager(torch.nn.Module):
+    """CPU stand-in for megatron's CudaGraphManager (its constructor needs a CUDA stream).
+
+    `TransformerLayer.__call__` routes through `self.cudagraph_manager(self, args, kwargs)`
+    while the attribute exists (megatron/core/transformer/module.py:342); this runs the layer
+    eagerly instead of replaying a graph. Being an nn.Module attribute, it is a submodule, which
+    is what the DDP forward pre-hooks get registered on."""
+
+    def forward(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
+        return torch.nn.Module.__call__(module, *args, **kwargs)
+
+
+def cpu_cuda_graph_toggle(model: torch.nn.Module, set_to: str) -> None:
+    """What `toggle_cuda_graphs(model, set_to)` does to TransformerLayers, with the stand-in:
+    "local" attaches a `cudagraph_manager` submodule, "none" deletes it."""
+    from megatron.core.transformer.transformer_layer import TransformerLayer
+
+    layers = [m for m in model.modules() if isinstance(m, TransformerLayer)]
+    for layer in layers:
+        if set_to == "local":
+            layer.cudagraph_manager = EagerCudaGraphManager()
+        elif hasattr(layer, "cudagraph_manager"):
+            delattr(layer, "cudagraph_manager")
+
+
+def prompts(rows: int = 4, length: int = 5, seed: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded prompts of lengths 2..length."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, VOCAB, (rows, length), generator=g)
+    lengths = torch.tensor([length - (i % (length - 1)) for i in range(rows)])
+    mask = (torch.arange(length)[None, :] >= (length - lengths)[:, None]).long()
+    return ids * mask, mask
