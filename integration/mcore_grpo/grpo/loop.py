@@ -102,6 +102,7 @@ class GRPOLoop:
         # One copy per DP replica, in group order.
         replica_outputs = [outputs[d * world // self.dp] for d in range(self.dp)]
         responses = [r for out in replica_outputs for r in out["responses"]]
+        gen_logprobs = [lp for out in replica_outputs for lp in out["generation_logprobs"]]
         sample_problems: list[Problem] = [p for p in problems for _ in range(n)]
 
         rewards = torch.tensor(
@@ -125,6 +126,7 @@ class GRPOLoop:
                     "prompts": [list(sample_problems[i].prompt_ids) for i in part],
                     "responses": [responses[i] for i in part],
                     "advantages": [float(advantages[i]) for i in part],
+                    "generation_logprobs": [gen_logprobs[i] for i in part],
                 }
                 for r in range(world):
                     if r * self.dp // world == d:
@@ -144,6 +146,8 @@ class GRPOLoop:
             "accuracy": exact,
             "loss": sum(losses) / len(losses),
             "kl": kl,
+            "token_mult_prob_error": sum(r["prob_error_sum"] for r in replica_results)
+            / max(kl_tokens, 1.0),
             "grad_norm": sum(results[0]["grad_norm"]) / len(losses),
             "response_tokens_mean": sum(len(r) for r in responses) / len(responses),
             "generation_time_s": generation_time,
