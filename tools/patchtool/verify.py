@@ -1,0 +1,274 @@
+"""`verify`: the tripwire proof of every patch.
+
+A patch is proven when its `Test:` nodes pass on the tree with the whole series applied and fail
+on the same tree with only that patch left out. Both states share one checkout and one venv: the
+left-out state reverse-applies the patch's files in the work tree, runs one pytest process, and
+restores the files from HEAD, so the cost is one pytest start per state (megatron-core's import
+dominates it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .apply import dirty_files
+from .command import Command, root_of
+from .errors import GitError, PatchToolError
+from .git import git, git_ok
+from .manifest import Upstream, load_manifest
+from .series import Patch, load_series
+from .sources import MISSING, STANDIN, Source, checkout_dir, detect_source
+from .status import upstream_status
+
+PASSED, FAILED, SKIPPED, NOT_RUN = "passed", "failed", "skipped", "not-run"
+
+
+@dataclass
+class Proof:
+    """The verdict for one patch: its tests' outcome with and without the patch."""
+
+    upstream: str
+    patch: str
+    tests: list[str]
+    source: str
+    with_patch: str = NOT_RUN
+    without_patch: str = NOT_RUN
+    verdict: str = "not verified here"
+    detail: str = ""
+
+    @property
+    def proven(self) -> bool:
+        return self.verdict == "proven"
+
+
+@dataclass
+class Outcomes:
+    """Per-node outcomes of one pytest run, plus the output tail for failures to explain."""
+
+    by_node: dict[str, tuple[str, str]] = field(default_factory=dict)
+    tail: str = ""
+
+    def of(self, node: str) -> tuple[str, str]:
+        """Outcome of a `Test:` node; a file or a test name covers its parametrisations."""
+        hits = [v for k, v in self.by_node.items() if _covers(node, k)]
+        if not hits:
+            return FAILED, f"{node} did not run (collection error?): {self.tail}"
+        for outcome in (FAILED, SKIPPED):
+            for value, detail in hits:
+                if value == outcome:
+                    return value, detail
+        return PASSED, ""
+
+
+def _covers(node: str, case: str) -> bool:
+    return case == node or case.startswith(node + "[") or case.startswith(node + "::")
+
+
+def source_label(source: Source) -> str:
+    """How exact a verification on this source is; never claims more than it is."""
+    if source.kind == STANDIN:
+        return f"stand-in ({source.detail})"
+    return f"exact pin ({source.kind})"
+
+
+def venv_python(root: Path) -> Path:
+    python = root / ".venv" / "bin" / "python"
+    if not python.exists():
+        raise PatchToolError(
+            f"{python} does not exist: verify runs the tests in the project venv; run `uv sync` "
+            "first (or pass --python)"
+        )
+    return python
+
+
+def _node_of(case: ET.Element) -> str:
+    file = case.get("file", "")
+    classname = case.get("classname", "")
+    module = file[:-3].replace("/", ".") if file.endswith(".py") else ""
+    classes = classname[len(module) + 1 :] if module and classname.startswith(module + ".") else ""
+    parts = [file, *(classes.split(".") if classes else []), case.get("name", "")]
+    return "::".join(parts)
+
+
+def parse_junit(xml_text: str) -> dict[str, tuple[str, str]]:
+    """node id -> (outcome, message) from pytest's xunit1 junit XML."""
+    result: dict[str, tuple[str, str]] = {}
+    for case in ET.fromstring(xml_text).iter("testcase"):
+        outcome, detail = PASSED, ""
+        for child in case:
+            if child.tag in ("failure", "error"):
+                outcome, detail = FAILED, (child.get("message") or "").splitlines()[0:1]
+                detail = detail[0] if detail else child.tag
+                break
+            if child.tag == "skipped":
+                outcome, detail = SKIPPED, child.get("message") or "skipped"
+        result[_node_of(case)] = (outcome, str(detail)[:200])
+    return result
+
+
+def run_pytest(root: Path, python: Path, nodes: list[str]) -> Outcomes:
+    """One pytest process over `nodes`; outcomes per test node."""
+    with tempfile.TemporaryDirectory(prefix="patchtool-verify-") as tmp:
+        junit = Path(tmp) / "junit.xml"
+        cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o"]
+        cmd += ["junit_family=xunit1", f"--junitxml={junit}", *sorted(set(nodes))]
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+        proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=env, check=False)
+        tail = " | ".join(proc.stdout.strip().splitlines()[-3:])
+        if not junit.exists():
+            return Outcomes({}, tail or proc.stderr.strip()[-300:])
+        return Outcomes(parse_junit(junit.read_text()), tail)
+
+
+@contextmanager
+def left_out(repo: Path, patch: Patch) -> Iterator[None]:
+    """The work tree with `patch` reverse-applied; restored from HEAD afterwards, always."""
+    data = patch.path.read_bytes()
+    try:
+        git(["apply", "-R", "--check", "-"], repo, input=data)
+    except GitError as exc:
+        raise PatchToolError(
+            f"{patch.path.name} does not reverse-apply on the patched tree (a later patch in the "
+            "series touches the same lines): it cannot be left out alone; merge the two patches "
+            "or make the later one independent"
+        ) from exc
+    paths = sorted({f.path for f in patch.files} | {f.old_path for f in patch.files if f.old_path})
+    git(["apply", "-R", "-"], repo, input=data)
+    try:
+        yield
+    finally:
+        tracked = [p for p in paths if git_ok(["cat-file", "-e", f"HEAD:{p}"], repo)]
+        if tracked:
+            git(["checkout", "HEAD", "--", *tracked], repo)
+        for p in paths:
+            if p not in tracked and (repo / p).exists():
+                (repo / p).unlink()
+
+
+def verify_upstream(root: Path, up: Upstream, python: Path, progress: bool) -> list[Proof]:
+    """Prove each patch of `up`'s series whose checkout is present and applied."""
+    series = load_series(root / up.series_dir)
+    source = detect_source(root, up)
+    label = source_label(source)
+    proofs = [Proof(up.name, p.path.name, p.trailer_values("Test"), label) for _, p in series]
+    if source.kind == MISSING:
+        for proof in proofs:
+            proof.source = "missing"
+            proof.detail = (
+                f"{source.detail}; provide {up.path} (e.g. a local mirror and "
+                f"`git config --global url.<mirror>.insteadOf {up.url}`), then apply"
+            )
+        return proofs
+    row = upstream_status(root, up)
+    repo = checkout_dir(root, up)
+    if not row["patched_state"] or dirty_files(repo):
+        raise PatchToolError(
+            f"{up.path} is not the clean patched state of its series: run "
+            f"`tools/patches apply {up.name}` first"
+        )
+    testable = [(proof, patch) for proof, (_, patch) in zip(proofs, series, strict=True)]
+    for proof, _ in testable:
+        if not proof.tests:
+            proof.verdict, proof.detail = "no tripwire", "the patch has no Test: trailer"
+    testable = [(proof, patch) for proof, patch in testable if proof.tests]
+    if not testable:
+        return proofs
+    _say(progress, f"{up.name}: running {len(testable)} patch test set(s) with the series")
+    with_all = run_pytest(root, python, [n for proof, _ in testable for n in proof.tests])
+    for proof, patch in testable:
+        proof.with_patch, why_with = _combine(with_all, proof.tests)
+        _say(progress, f"{up.name}: leaving out {patch.path.name}")
+        with left_out(repo, patch):
+            without = run_pytest(root, python, proof.tests)
+        proof.without_patch, why_without = _combine(without, proof.tests, want_each=FAILED)
+        proof.verdict, proof.detail = _verdict(proof, why_with, why_without)
+    return proofs
+
+
+def _combine(outcomes: Outcomes, nodes: list[str], want_each: str = PASSED) -> tuple[str, str]:
+    """Fold node outcomes: with-patch every node must pass; without, every node must fail."""
+    results = [outcomes.of(node) for node in nodes]
+    for outcome, detail in results:
+        if outcome == SKIPPED:
+            return SKIPPED, detail
+    if want_each == FAILED:
+        passing = [n for n, (o, _) in zip(nodes, results, strict=True) if o == PASSED]
+        if passing:
+            return PASSED, f"passes without the patch: {', '.join(passing)}"
+        return FAILED, results[0][1]
+    failing = [(n, d) for n, (o, d) in zip(nodes, results, strict=True) if o == FAILED]
+    if failing:
+        return FAILED, f"{failing[0][0]}: {failing[0][1]}"
+    return PASSED, ""
+
+
+def _verdict(proof: Proof, why_with: str, why_without: str) -> tuple[str, str]:
+    if proof.with_patch == SKIPPED or proof.without_patch == SKIPPED:
+        return "not verified here", f"skipped: {why_with or why_without}"
+    if proof.with_patch != PASSED:
+        return "NOT PROVEN", f"fails with the patch: {why_with}"
+    if proof.without_patch != FAILED:
+        return "NOT PROVEN", f"does not trip without the patch: {why_without}"
+    return "proven", ""
+
+
+def _say(progress: bool, text: str) -> None:
+    if progress:
+        print(f"[verify] {text}", file=sys.stderr, flush=True)
+
+
+def render_table(proofs: list[Proof]) -> str:
+    headers = ("upstream", "patch", "with patch", "without patch", "verdict", "source")
+    rows = [
+        (p.upstream, p.patch, p.with_patch, p.without_patch, p.verdict, p.source) for p in proofs
+    ]
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    head = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
+    out = [head, "  ".join("-" * w for w in widths), *lines]
+    out += [f"  {p.patch}: {p.detail}" for p in proofs if p.detail]
+    return "\n".join(line.rstrip() for line in out)
+
+
+def _configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("upstreams", nargs="*", metavar="UPSTREAM")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--python", help="interpreter with pytest (default: <root>/.venv)")
+    parser.add_argument(
+        "--allow-missing",
+        action="store_true",
+        help="exit 0 when an upstream's source is missing (its patches are reported unverified)",
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    root = root_of(args)
+    python = Path(args.python) if args.python else venv_python(root)
+    proofs: list[Proof] = []
+    for up in load_manifest(root).select(args.upstreams):
+        proofs += verify_upstream(root, up, python, progress=not args.json)
+    if args.json:
+        print(json.dumps({"patches": [asdict(p) for p in proofs]}, indent=2))
+    else:
+        print(render_table(proofs))
+    unproven = [p for p in proofs if not p.proven and p.verdict != "no tripwire"]
+    missing_only = all(p.source == "missing" for p in unproven)
+    return 0 if not unproven or (missing_only and args.allow_missing) else 1
+
+
+VERIFY = Command(
+    "verify",
+    "prove each patch's Test: passes with the series and fails with that patch left out",
+    _configure,
+    _run,
+)
