@@ -167,8 +167,22 @@ def test_patch_id_not_checked_without_history(tmp_path: Path, upstream: Path) ->
     commit(upstream, "later edit", {MOD: fixed(fixed(numbered(40), 20, "patched 21"), 19, "x")})
     run(["tag", "v2"], upstream)
     result = replay(tmp_path, upstream, patches, "v2", history=False)
-    assert classes(result) == {"a.patch": CONFLICT}
     assert any(n.startswith("patch-id") for n in result.patches[0].not_checked)
+    # Upstream edited the line right next to ours: only patch-id could have told.
+    assert classes(result) == {"a.patch": CONFLICT}
+
+
+def test_upstreamed_by_merge_noop_when_context_moved_on(tmp_path: Path, upstream: Path) -> None:
+    patches = series_of(upstream, ("a", fixed(numbered(40), 20, "patched 21")))
+    # Upstream's own commit: same change, plus an edit inside our hunk's context.
+    lines = fixed(fixed(numbered(40), 20, "patched 21"), 18, "upstream 19")
+    commit(upstream, "upstream fix, reworded docs", {MOD: lines, "pkg/other.py": numbered(2)})
+    run(["tag", "v2"], upstream)
+    result = replay(tmp_path, upstream, patches, "v2")
+    assert classes(result) == {"a.patch": UPSTREAMED}
+    assert kinds(result, "a.patch") == ["merge-noop"]
+    assert result.patches[0].new_commit == ""
+    assert not (Path(result.scratch) / ".git" / "rebase-apply").exists()
 
 
 def test_upstreamed_by_accepted_ancestor(tmp_path: Path, upstream: Path) -> None:

@@ -15,6 +15,8 @@ Classifications (strictness first; "applies" always means exact context, never f
                accepted   its `Upstream-Status: accepted <commit>` is an ancestor of the new base
                reverse    `git apply -R --check` succeeds on the new base (post-image present)
                tripwire   the caller's hook reports the tripwire test passing without the patch
+               merge-noop exact application fails but `git am -3` finds nothing to change
+                          ("Patch already applied"): the change is there, its context moved on
 """
 
 from __future__ import annotations
@@ -362,7 +364,19 @@ class Replayer:
             result.new_commit = _head(scratch)
             return result
         result.failed_files = _failed_files(stderr)
+        before = _head(scratch)
         proc = _am(scratch, item.file, three_way=True)
+        if proc.returncode == 0 and _head(scratch) == before:
+            # git am: "No changes -- Patch already applied.": merging our change into the
+            # new base leaves it as is, so the base already contains the change (with
+            # context edited around it, which is why the strict reverse check missed it).
+            result.classification = UPSTREAMED
+            result.evidence.append(
+                Evidence(
+                    "merge-noop", f"a 3-way merge of the patch changes nothing on {self.new.label}"
+                )
+            )
+            return result
         if proc.returncode == 0:
             result.classification = MERGED_3WAY
             result.new_commit = _head(scratch)
