@@ -110,9 +110,16 @@ class Offloader:
         return report
 
 
-def destroy_process_groups(mode: str = "manual") -> Any:
-    """Destroy megatron's process groups via the shared NeMo-RL module; returns its snapshot."""
-    return _nccl_offload().destroy_megatron_nccl_groups(mode=mode)
+def destroy_process_groups(mode: str = "manual", device: str = "cuda") -> Any:
+    """Destroy megatron's process groups via the shared NeMo-RL module; returns its result.
+
+    On the CPU device every megatron group is gloo and gloo stands in for NCCL, so all
+    discovered groups are destroyed (the module's default predicate skips gloo groups).
+    """
+    module = _nccl_offload()
+    if device == "cpu":
+        return module.destroy_megatron_nccl_groups(mode=mode, is_nccl_like=lambda name, group: True)
+    return module.destroy_megatron_nccl_groups(mode=mode)
 
 
 def reload_process_groups(snapshot: Any) -> Any:

@@ -80,6 +80,7 @@ class MegatronPolicyWorker:
         self.train_step = SplitTrainStep(self.policy, self.config)
         self.offloader = Offloader(self.policy)
         self._group_snapshot: tuple[Any, GroupSnapshot] | None = None
+        self.groups_rebound = 0
 
     # ---- training -------------------------------------------------------------------
     @_entry(T)
@@ -218,7 +219,7 @@ class MegatronPolicyWorker:
     def offload_process_groups(self, mode: str = "manual") -> Any:
         """Destroy megatron's NCCL groups (time-sharing); rebuilt by any prepare_for_*."""
         before = GroupSnapshot.capture()
-        result = destroy_process_groups(mode=mode)
+        result = destroy_process_groups(mode=mode, device=self.config.device)
         self._group_snapshot = (result, before)
         return result
 
@@ -230,6 +231,6 @@ class MegatronPolicyWorker:
         snapshot = result[0] if isinstance(result, tuple) else getattr(result, "snapshot", result)
         with cpu_device(self.config.device):
             reload_process_groups(snapshot)
-            rebind_groups(before, GroupSnapshot.capture(), self.policy)
+            self.groups_rebound = rebind_groups(before, GroupSnapshot.capture(), self.policy)
         self._group_snapshot = None
         dist.barrier()
