@@ -140,3 +140,12 @@ def tree_state(root: Path) -> dict[str, bytes]:
     state["<index>"] = run(["ls-files", "-s"], root).encode()
     state["<.gitmodules>"] = (root / ".gitmodules").read_bytes()
     return state
+
+
+def isolate_git(monkeypatch: object, tmp_path: Path) -> None:
+    """Make the tool's own git calls ignore the machine's global config (mirrors, user prefs)."""
+    config = tmp_path / "isolated.gitconfig"
+    config.write_text("")
+    setenv = monkeypatch.setenv  # type: ignore[attr-defined]
+    setenv("GIT_CONFIG_GLOBAL", str(config))
+    setenv("GIT_CONFIG_NOSYSTEM", "1")

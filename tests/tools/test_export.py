@@ -9,6 +9,7 @@ import pytest
 from tests.tools.repos import (
     commit,
     init_repo,
+    isolate_git,
     make_patch,
     make_superproject,
     numbered,
@@ -18,6 +19,12 @@ from tests.tools.repos import (
 from tools.patchtool.apply import apply_upstream
 from tools.patchtool.cli import main
 from tools.patchtool.manifest import load_manifest
+
+
+@pytest.fixture(autouse=True)
+def _isolated_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    isolate_git(monkeypatch, tmp_path)
+
 
 MOD = "pkg/mod.py"
 

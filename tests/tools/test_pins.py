@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.tools.repos import commit, init_repo, numbered, run
+from tests.tools.repos import commit, init_repo, isolate_git, numbered, run
 from tools.patchtool.check_pins import (
     AHEAD,
     BEHIND,
@@ -21,6 +21,11 @@ from tools.patchtool.check_pins import (
     satisfies,
 )
 from tools.patchtool.cli import main
+
+
+@pytest.fixture(autouse=True)
+def _isolated_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    isolate_git(monkeypatch, tmp_path)
 
 
 @pytest.fixture

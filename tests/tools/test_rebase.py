@@ -11,6 +11,7 @@ import pytest
 from tests.tools.repos import (
     commit,
     init_repo,
+    isolate_git,
     make_patch,
     make_superproject,
     numbered,
@@ -33,6 +34,12 @@ from tools.patchtool.rebase import (
     rebase_series,
 )
 from tools.patchtool.rebase_cmd import run_rebase
+
+
+@pytest.fixture(autouse=True)
+def _isolated_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    isolate_git(monkeypatch, tmp_path)
+
 
 MOD = "pkg/mod.py"
 

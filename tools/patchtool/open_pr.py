@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .command import Command, root_of
-from .errors import PatchToolError
-from .git import git, git_env, git_text
+from .errors import GitError, PatchToolError
+from .git import git, git_env, git_ok, git_text
 from .manifest import Upstream
 from .series import Patch, parse_patch
 from .set_status import locate_patch, set_status
@@ -92,34 +92,27 @@ def build_branch(repo: Path, start: str, branch: str, patch_file: Path, force: b
             f"{repo}: branch {branch} exists ({existing[:12]}); pass --force to rebuild it "
             f"or --branch <other name>"
         )
+    # The person running this commits; without a configured identity, the patch author does.
+    committer: dict[str, str] = {}
+    if not git_ok(["var", "GIT_COMMITTER_IDENT"], repo):
+        author = parse_patch(patch_file)
+        committer = {
+            "GIT_COMMITTER_NAME": author.author_name,
+            "GIT_COMMITTER_EMAIL": author.author_email,
+        }
     with tempfile.TemporaryDirectory(prefix="open-pr-") as tmp:
         worktree = Path(tmp) / "wt"
         git(["worktree", "add", "-q", "--detach", str(worktree), start], repo)
         try:
-            proc = subprocess.run(
-                [
-                    "git",
-                    "-c",
-                    "core.hooksPath=/dev/null",
-                    "am",
-                    "-k",
-                    "--quiet",
-                    "--no-3way",
-                    str(patch_file),
-                ],
-                cwd=worktree,
-                capture_output=True,
-                env=git_env(),
-                check=False,
-            )
-            if proc.returncode != 0:
-                detail = proc.stderr.decode(errors="replace").strip().splitlines()
-                raise PatchToolError(
-                    f"{patch_file.name} does not apply to {start[:12]} "
-                    f"({detail[0] if detail else 'git am failed'}); rebase the series onto it "
-                    "first (tools/patches rebase ... --to <ref>) or pass --base <ref it applies to>"
-                )
+            args = ["-c", "core.hooksPath=/dev/null", "am", "-k", "--quiet", "--no-3way"]
+            git([*args, str(patch_file)], worktree, env=committer)
             head = git_text(["rev-parse", "HEAD"], worktree)
+        except GitError as exc:
+            raise PatchToolError(
+                f"{patch_file.name} does not apply to {start[:12]} ({exc.stderr.strip()[:200]}); "
+                "rebase the series onto it first (tools/patches rebase ... --to <ref>) or pass "
+                "--base <ref it applies to>"
+            ) from exc
         finally:
             git(["worktree", "remove", "--force", str(worktree)], repo, check=False)
             git(["worktree", "prune"], repo, check=False)
