@@ -425,3 +425,64 @@ def test_standin_commit_is_deterministic(tmp_path: Path, upstream: Path) -> None
     assert run(["rev-parse", f"{shas[0]}:pkg/mod.py"], tmp_path / "s1") == run(
         ["rev-parse", "v1:pkg/mod.py"], upstream
     )
+
+
+# --- the real Megatron-LM series on the megatron-core 0.17.0 release stand-in -----------------
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _pypi_reachable() -> bool:
+    import socket
+
+    try:
+        socket.create_connection(("pypi.org", 443), timeout=5).close()
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+def test_real_megatron_series_onto_core_0_17_0_standin(tmp_path: Path) -> None:
+    """DDP still needed; unified-memory and tokenizer found upstreamed (#3390, core 0.17.0).
+
+    Offline form of the real rebase: release archives only, no upstream history, no hint
+    from the patches' own Upstream-Status (stand-ins cannot check it).
+    """
+    from tools.patchtool.bases import STANDIN as STANDIN_MODE
+    from tools.patchtool.rebase import KEPT
+    from tools.patchtool.series import parse_patch, read_series
+
+    series_dir = REPO_ROOT / "patches/Megatron-LM"
+    entries = read_series(series_dir / "series")
+    if not entries:
+        pytest.skip(
+            "patches/Megatron-LM/series is empty: the Megatron-LM patches are not written yet"
+        )
+    cache = REPO_ROOT / ".cache/standins"
+    have = all((cache / f"megatron-core-{v}").is_dir() for v in ("0.16.1", "0.17.0"))
+    if not have and not _pypi_reachable():
+        pytest.skip("pypi.org unreachable and no cached megatron-core 0.16.1/0.17.0 archives")
+    root = tmp_path / "root"
+    shutil.copytree(REPO_ROOT / "patches", root / "patches")
+    cache.mkdir(parents=True, exist_ok=True)
+    (root / ".cache").symlink_to(REPO_ROOT / ".cache")  # share downloaded archives
+    result, report, written = run_rebase(
+        root, "Megatron-LM", "core_v0.17.0", dry_run=True, mode=STANDIN_MODE,
+        scratch=tmp_path / "scratch",
+    )  # fmt: skip
+    assert written == [] and not result.new.history
+    touched = {
+        e.name: {f.path.rsplit("/", 1)[-1] for f in parse_patch(series_dir / e.name).files}
+        for e in entries
+    }
+    got = {p.name: p for p in result.patches}
+    for name, files in touched.items():
+        res = got[name]
+        if "distributed_data_parallel.py" in files:
+            assert res.classification in KEPT, (name, res.classification, res.note)
+        if files & {"unified_memory.py", "huggingface_tokenizer.py"}:
+            assert res.classification == UPSTREAMED, (name, res.classification)
+            assert {e.kind for e in res.evidence} <= {"reverse", "merge-noop"}
+    assert sum(p.classification == UPSTREAMED for p in result.patches) == 2
+    assert "megatron-core 0.17.0 stand-in" in report.read_text()
