@@ -188,10 +188,12 @@ def cpu_cuda_graph_toggle(model: torch.nn.Module, set_to: str) -> None:
             delattr(layer, "cudagraph_manager")
 
 
-def prompts(rows: int = 4, length: int = 5, seed: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+def prompts(
+    rows: int = 4, length: int = 5, seed: int = 3, vocab: int = VOCAB
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-padded prompts of lengths 2..length."""
     g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(1, VOCAB, (rows, length), generator=g)
+    ids = torch.randint(1, vocab, (rows, length), generator=g)
     lengths = torch.tensor([length - (i % (length - 1)) for i in range(rows)])
     mask = (torch.arange(length)[None, :] >= (length - lengths)[:, None]).long()
     return ids * mask, mask

@@ -1,0 +1,86 @@
+"""Batched sampling: left padding is invisible, stop tokens end rows, padded-vocab ids are
+never sampled, returned logprobs equal the policy's logprobs of the sampled tokens."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from harness import VOCAB, prompts, tiny_config
+from mcore_grpo.config import ModelConfig
+from mcore_grpo.cpu import cpu_device
+from mcore_grpo.forward import policy_logits
+from mcore_grpo.generation import SamplingParams
+from mcore_grpo.worker import MegatronPolicyWorker
+
+REAL = VOCAB - 8
+
+
+def real_vocab_logprobs(
+    worker: MegatronPolicyWorker, ids: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """[B, S-1] logprobs of ids[:, 1:] under the policy restricted to the tokenizer vocab."""
+    with cpu_device("cpu"), torch.no_grad():
+        logits = policy_logits(worker.policy.ddp, ids, mask)[..., :REAL]
+    return torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+
+
+@pytest.fixture(scope="module")
+def worker(world1: None) -> MegatronPolicyWorker:
+    cfg = dataclasses.replace(
+        tiny_config(overlap=False),
+        model=ModelConfig(vocab_size=VOCAB - 8, padded_vocab_size_override=VOCAB),
+    )
+    w = MegatronPolicyWorker(cfg)
+    # Make the padded-vocab rows the most likely tokens, so masking is what keeps them out.
+    with torch.no_grad():
+        w.policy.gpt.output_layer.weight[VOCAB - 8 :] = 0.0
+    w.prepare_for_generation()
+    return w
+
+
+def test_padded_vocab_never_sampled_and_logprobs_match_policy(worker: MegatronPolicyWorker) -> None:
+    ids, mask = prompts(rows=4, length=5, vocab=REAL)
+    out = worker.generate(
+        ids, mask, SamplingParams(max_new_tokens=4), torch.Generator().manual_seed(1)
+    )
+    sel = out.generated_mask.bool()
+    assert int(sel.sum()) == 16 and int(out.output_ids[sel].max()) < REAL
+    expected = real_vocab_logprobs(worker, out.output_ids, out.attention_mask)
+    assert torch.allclose(out.logprobs[:, 1:][sel[:, 1:]], expected[sel[:, 1:]], atol=1e-5)
+
+
+def test_left_padding_is_invisible(worker: MegatronPolicyWorker) -> None:
+    ids, mask = prompts(rows=4, length=5, vocab=REAL)
+    padded = worker.generate(
+        ids, mask, SamplingParams(max_new_tokens=3), torch.Generator().manual_seed(7)
+    )
+    for row in range(4):
+        keep = mask[row].bool()
+        seq = torch.cat([ids[row, keep], padded.output_ids[row, 5:]])[None, :]
+        alone = real_vocab_logprobs(worker, seq, torch.ones_like(seq))
+        assert torch.allclose(alone[0, -3:], padded.logprobs[row, 5:], atol=1e-5), row
+    assert int((~mask.bool()).sum()) > 0, "the prompts must include left padding"
+
+
+def test_stop_tokens_end_rows(worker: MegatronPolicyWorker) -> None:
+    ids, mask = prompts(rows=4, length=5, vocab=REAL)
+    first = worker.generate(
+        ids, mask, SamplingParams(max_new_tokens=1), torch.Generator().manual_seed(5)
+    )
+    stop = int(first.output_ids[0, -1])
+    out = worker.generate(
+        ids,
+        mask,
+        SamplingParams(max_new_tokens=6, stop_token_ids=(stop,)),
+        torch.Generator().manual_seed(5),
+    )
+    assert int(out.generation_lengths[0]) == 1  # row 0 sampled the stop token first
+    assert torch.all(out.generated_mask[0, 6:] == 0) and torch.all(out.logprobs[0, 6:] == 0)
+
+
+def test_dynamic_engine_backend_is_explicitly_not_implemented(worker: MegatronPolicyWorker) -> None:
+    ids, mask = prompts(rows=1)
+    with pytest.raises(NotImplementedError, match="dynamic inference"):
+        worker.generate(ids, mask, SamplingParams(backend="mcore_dynamic_engine"))
