@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -30,6 +31,19 @@ from mcore_grpo.grpo.rank import TaskTokens
 from mcore_grpo.grpo.task import build_task
 
 log = logging.getLogger("mcore_grpo")
+
+# Fault injection for the engine's failure tests: "RANK:STEP" makes that worker raise at
+# that step (tests/integration/grpo/test_grpo_ray.py). Not a user setting.
+INJECT_FAILURE_ENV = "MCORE_GRPO_INJECT_FAILURE"
+
+
+def injected_failure() -> tuple[int | None, int | None]:
+    """(rank, step) from `INJECT_FAILURE_ENV`, or (None, None)."""
+    value = os.environ.get(INJECT_FAILURE_ENV)
+    if not value:
+        return None, None
+    rank, _, step = value.partition(":")
+    return int(rank), int(step)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -112,7 +126,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     engine = None
     try:
-        engine = make_engine(config, tokens, args.workers, in_process=args.in_process)
+        fail_rank, fail_step = injected_failure()
+        engine = make_engine(
+            config,
+            tokens,
+            args.workers,
+            in_process=args.in_process,
+            fail_at_rank=fail_rank,
+            fail_at_step=fail_step,
+        )
         loop = GRPOLoop(config, task, engine, output_dir)
         result = loop.run(resume=args.resume, progress=not args.no_progress)
     except (ConfigError, CheckpointError, ValueError) as err:

@@ -376,6 +376,11 @@ def load_config(
     for text in overrides:
         key, value = parse_override(text)
         if key not in valid_keys():
+            if any(k.startswith(f"{key}.") for k in valid_keys()):
+                raise ConfigError(
+                    f"override {text!r}: '{key}' is a section; set one of its keys "
+                    f"(e.g. {next(k for k in valid_keys() if k.startswith(f'{key}.'))}=...)"
+                )
             raise _unknown_key_error(key, f"override {text!r}")
         _set_dotted(data, key, value)
     config = _build(RunConfig, data, "", f"{where} + overrides" if overrides else where)

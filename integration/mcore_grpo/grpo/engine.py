@@ -120,7 +120,11 @@ class RayEngine:
             )
             for rank in range(world_size)
         ]
-        self.call("ready", [()] * world_size)
+        try:
+            self.call("ready", [()] * world_size)
+        except BaseException:
+            self.shutdown()
+            raise
 
     def call(self, method: str, per_rank_args: Sequence[tuple[Any, ...]]) -> list[Any]:
         """Dispatch to all actors; the first failure kills the rest and raises at once."""
