@@ -59,26 +59,26 @@ def test_overrides_as_nemo_rl_users_type_them() -> None:
 )
 def test_unknown_key_names_closest(override: str, closest: str) -> None:
     key = override.split("=")[0]
-    with pytest.raises(ConfigError, match=f"unknown config key '{key}'.*did you mean '{closest}'"):
+    with pytest.raises(ConfigError, match=rf"unknown config key '{key}'.*did you mean '{closest}'"):
         load_config(overrides=[override])
 
 
 def test_value_and_shape_errors() -> None:
-    with pytest.raises(ConfigError, match="'grpo.max_num_steps'.*must be int"):
+    with pytest.raises(ConfigError, match=r"'grpo.max_num_steps'.*must be int"):
         load_config(overrides=["grpo.max_num_steps=many"])
-    with pytest.raises(ConfigError, match="not key=value"):
+    with pytest.raises(ConfigError, match=r"not key=value"):
         load_config(overrides=["grpo.max_num_steps"])
-    with pytest.raises(ConfigError, match="is a section"):
+    with pytest.raises(ConfigError, match=r"is a section"):
         load_config(overrides=["grpo=3"])
-    with pytest.raises(ConfigError, match="not a multiple of policy.train_global_batch_size"):
+    with pytest.raises(ConfigError, match=r"not a multiple of policy.train_global_batch_size"):
         load_config(overrides=["policy.train_global_batch_size=48"])
-    with pytest.raises(ConfigError, match="num_generations_per_prompt must be >= 2"):
+    with pytest.raises(ConfigError, match=r"num_generations_per_prompt must be >= 2"):
         load_config(overrides=["grpo.num_generations_per_prompt=1"])
-    with pytest.raises(ConfigError, match="reference_policy_kl_type"):
+    with pytest.raises(ConfigError, match=r"reference_policy_kl_type"):
         load_config(overrides=["loss_fn.reference_policy_kl_type=k9"])
-    with pytest.raises(ConfigError, match="unknown preset 'cpu-tiyn'.*did you mean 'cpu-tiny'"):
+    with pytest.raises(ConfigError, match=r"unknown preset 'cpu-tiyn'.*did you mean 'cpu-tiny'"):
         load_config("cpu-tiyn")
-    with pytest.raises(ConfigError, match="must split into data-parallel size 3"):
+    with pytest.raises(ConfigError, match=r"must split into data-parallel size 3"):
         check_data_parallel(load_config(), 3)
 
 
@@ -131,5 +131,5 @@ def test_task_problems_and_tokenizer() -> None:
     assert len(task.all_problems()) == 20
     assert task.sample_problems(5, seed=1, step=3) == task.sample_problems(5, seed=1, step=3)
     assert task.sample_problems(5, seed=1, step=3) != task.sample_problems(5, seed=1, step=4)
-    with pytest.raises(ValueError, match="task.max_addend"):
+    with pytest.raises(ValueError, match=r"task.max_addend"):
         DigitAddTask(max_addend=10)
