@@ -128,7 +128,7 @@ class _StubModule(types.ModuleType):
 
     def __init__(self, name: str) -> None:
         super().__init__(name)
-        self.__path__: list[str] = []  # a package, so submodule imports resolve here too
+        self.__dict__["__path__"] = []  # a package, so submodule imports resolve here too
         self.__stub__ = True
         # Version gates on import (`Version(transformers.__version__) < ...`) compare low.
         self.__version__ = "0+stub"

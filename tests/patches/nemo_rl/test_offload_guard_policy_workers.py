@@ -149,7 +149,7 @@ def _bare_worker(kind: str, modules: dict[str, ModuleType], monkeypatch: pytest.
         }
         # prepare_for_generation / generate on a colocated worker without a
         # dedicated inference model (generation runs on the training model).
-        model.config = SimpleNamespace(flash_decode=True)
+        model.__dict__["config"] = SimpleNamespace(flash_decode=True)
         worker.inference_model = None
         worker._colocated_reshard_plan = None
         worker.is_generation_colocated = True
