@@ -21,15 +21,19 @@ HOST = torch.device("cpu")
 
 def _host_copy(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     """Detached host copies of every parameter and buffer, by name."""
-    tensors = dict(module.named_parameters())
-    tensors.update(dict(module.named_buffers()))
+    tensors: dict[str, torch.Tensor] = {
+        **dict(module.named_parameters()),
+        **dict(module.named_buffers()),
+    }
     return {k: v.detach().to(HOST, copy=True) for k, v in tensors.items()}
 
 
 def _load_in_place(module: torch.nn.Module, weights: dict[str, torch.Tensor]) -> None:
     """Copy `weights` into the live tensors (they are views into DDP's param buffer)."""
-    live = dict(module.named_parameters())
-    live.update(dict(module.named_buffers()))
+    live: dict[str, torch.Tensor] = {
+        **dict(module.named_parameters()),
+        **dict(module.named_buffers()),
+    }
     missing = sorted(set(live) - set(weights))
     if missing:
         raise KeyError(f"reference weights lack {missing[:3]}... ({len(missing)} tensors)")

@@ -25,7 +25,7 @@ from mcore_grpo.forward import next_token_logprobs, policy_logits
 from mcore_grpo.loss import Batch
 from mcore_grpo.model import PolicyModel
 
-LossSumFn = Callable[[torch.Tensor, Batch], torch.Tensor]
+LossSumFn = Callable[[torch.Tensor, Any], torch.Tensor]
 
 
 @dataclass
