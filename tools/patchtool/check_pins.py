@@ -262,7 +262,9 @@ def _run(args: argparse.Namespace) -> int:
         )
         return code
     for r in relations:
-        if r.kind == "nested-gitlink":
+        if r.target == "*":
+            print(f"{r.holder}@{r.holder_pin}: {r.state} ({r.detail})")
+        elif r.kind == "nested-gitlink":
             theirs = r.theirs[:12] if r.theirs else "?"
             print(
                 f"{r.holder}@{r.holder_pin} nests {r.target} at {theirs}; "

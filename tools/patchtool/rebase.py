@@ -399,6 +399,28 @@ class Replayer:
         return result
 
 
+def _pattern(path: str) -> str:
+    """A non-cone sparse-checkout pattern matching exactly `path` (gitignore syntax)."""
+    escaped = "".join("\\" + ch if ch in "*?[]\\!#" else ch for ch in path)
+    return "/" + escaped.rstrip(" ")
+
+
+def sparse_checkout(scratch: Path, paths: list[str]) -> None:
+    """Check out only the files the series touches.
+
+    Why: a full upstream tree costs seconds per checkout, and mirrors may lack large blobs
+    (Bridge's gifs) that a full checkout would need. A tripwire hook that needs the whole
+    tree can read it with `git -C <scratch> archive HEAD` or widen the checkout.
+    """
+    git(["config", "core.sparseCheckout", "true"], scratch)
+    git(["config", "core.sparseCheckoutCone", "false"], scratch)
+    info = scratch / ".git" / "info"
+    info.mkdir(exist_ok=True)
+    patterns = sorted({_pattern(p) for p in paths})
+    # An empty pattern list would check out nothing *and* warn; a never-matching one is quiet.
+    (info / "sparse-checkout").write_text("\n".join(patterns or ["/.patchtool-none"]) + "\n")
+
+
 def _write_inputs(scratch: Path, patches: list[tuple[str, bytes]]) -> list[_Input]:
     directory = scratch / ".git" / PATCH_DIR
     directory.mkdir(exist_ok=True)
@@ -479,6 +501,9 @@ def rebase_series(
     """
     history = history_repos or []
     inputs = _write_inputs(scratch, patches)
+    sparse_checkout(
+        scratch, [p for i in inputs for f in i.patch.files for p in (f.old_path, f.new_path) if p]
+    )
     old_commits = build_old_series(scratch, old, inputs)
     result = RebaseResult(upstream, old, new, str(scratch), [], old_tip=_head(scratch))
     _checkout(scratch, new.commit)
