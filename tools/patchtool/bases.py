@@ -80,10 +80,31 @@ def _rev(repo: Path, rev: str) -> str:
     return proc.stdout.decode().strip() if proc.returncode == 0 else ""
 
 
+def _reachable(scratch: Path, url: str) -> str:
+    """'' if `url` answers `git ls-remote` within the probe timeout, else why not."""
+    try:
+        proc = subprocess.run(
+            ["git", "ls-remote", url, "HEAD"],
+            cwd=scratch,
+            capture_output=True,
+            env=git_env(),
+            timeout=PROBE_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return f"{url} did not answer within {PROBE_TIMEOUT_S:.0f} s"
+    if proc.returncode != 0:
+        lines = proc.stderr.decode(errors="replace").strip().splitlines()
+        return f"{url} unreachable ({lines[-1] if lines else proc.returncode})"
+    return ""
+
+
 def _fetch(scratch: Path, url: str, rev: str) -> tuple[str, str]:
     """Fetch `rev` (tag, branch or commit) from `url` into the scratch repo; (sha, why-not)."""
+    why = _reachable(scratch, url)
+    if why:
+        return "", why
     wants = [f"refs/tags/{rev}", rev] if not re.fullmatch(r"[0-9a-f]{40}", rev) else [rev]
-    why = ""
     for want in wants:
         try:
             proc = subprocess.run(
@@ -91,11 +112,11 @@ def _fetch(scratch: Path, url: str, rev: str) -> tuple[str, str]:
                 cwd=scratch,
                 capture_output=True,
                 env=git_env(),
-                timeout=FETCH_TIMEOUT_S if why else PROBE_TIMEOUT_S * 10,
+                timeout=FETCH_TIMEOUT_S,
                 check=False,
             )
         except subprocess.TimeoutExpired:
-            return "", f"fetch from {url} timed out"
+            return "", f"fetch of {rev} from {url} timed out after {FETCH_TIMEOUT_S:.0f} s"
         if proc.returncode == 0:
             return _rev(scratch, "FETCH_HEAD"), ""
         lines = proc.stderr.decode(errors="replace").strip().splitlines()
