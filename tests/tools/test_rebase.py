@@ -206,6 +206,21 @@ def test_upstreamed_by_accepted_ancestor(tmp_path: Path, upstream: Path) -> None
     result = replay(tmp_path, upstream, [("a.patch", data)], "v2")
     assert classes(result) == {"a.patch": UPSTREAMED}
     assert kinds(result, "a.patch") == ["accepted"]
+    assert "only the Upstream-Status trailer says so" in result.patches[0].note
+    assert run(["rev-parse", "HEAD"], Path(result.scratch)) == run(["rev-parse", "v2"], upstream)
+
+
+def test_accepted_trailer_is_confirmed_independently(tmp_path: Path, upstream: Path) -> None:
+    lines = fixed(fixed(numbered(40), 20, "patched 21"), 18, "upstream 19")
+    fix = commit(upstream, "upstream fix, context edited", {MOD: lines, "pkg/other.py": ["x"]})
+    run(["tag", "v2"], upstream)
+    data = make_patch(
+        upstream, "v1", {MOD: fixed(numbered(40), 20, "patched 21")}, "fix: a",
+        trailers(status=f"accepted {fix}"),
+    )  # fmt: skip
+    result = replay(tmp_path, upstream, [("a.patch", data)], "v2")
+    assert kinds(result, "a.patch") == ["accepted", "merge-noop"]
+    assert result.patches[0].note == ""
 
 
 def test_upstreamed_by_tripwire_hook(tmp_path: Path, upstream: Path) -> None:

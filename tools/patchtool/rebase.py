@@ -341,6 +341,21 @@ class Replayer:
         else:
             result.not_checked.append("tripwire (no test hook given)")
 
+    def _noop_evidence(self) -> Evidence:
+        return Evidence(
+            "merge-noop", f"a 3-way merge of the patch changes nothing on {self.new.label}"
+        )
+
+    def _merge_is_noop(self, item: _Input) -> bool:
+        """Would `git am -3` find the patch already applied? HEAD and tree are restored."""
+        before = _head(self.scratch)
+        proc = _am(self.scratch, item.file, three_way=True)
+        noop = proc.returncode == 0 and _head(self.scratch) == before
+        if _am_in_progress(self.scratch):
+            _proc(["am", "--abort"], self.scratch)
+        _checkout(self.scratch, before)
+        return noop
+
     def classify(self, item: _Input, inputs: list[_Input]) -> PatchResult:
         """Classify one patch against HEAD; on success HEAD advances by its commit."""
         scratch = self.scratch
@@ -351,6 +366,14 @@ class Replayer:
             result.classification = UPSTREAMED
             if forward.returncode == 0:
                 result.note = "evidence says upstreamed, yet the patch still applies: review it"
+            elif {e.kind for e in result.evidence} == {"accepted"}:
+                # Only our own trailer says so: look for the change itself as well.
+                if self._merge_is_noop(item):
+                    result.evidence.append(self._noop_evidence())
+                else:
+                    result.note = (
+                        "only the Upstream-Status trailer says so; the change itself was not found"
+                    )
             return result
         stderr = _text(forward.stderr)
         if forward.returncode == 0:
@@ -371,11 +394,7 @@ class Replayer:
             # new base leaves it as is, so the base already contains the change (with
             # context edited around it, which is why the strict reverse check missed it).
             result.classification = UPSTREAMED
-            result.evidence.append(
-                Evidence(
-                    "merge-noop", f"a 3-way merge of the patch changes nothing on {self.new.label}"
-                )
-            )
+            result.evidence.append(self._noop_evidence())
             return result
         if proc.returncode == 0:
             result.classification = MERGED_3WAY
