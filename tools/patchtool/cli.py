@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import check_pins, cmd_apply, lint, open_pr, rebase_cmd, set_status, status, verify
+from . import check_pins, cmd_apply, lint, open_pr, pin, rebase_cmd, set_status, status, verify
 from . import export as export_cmd
 from .command import Command
 from .errors import PatchToolError
@@ -24,6 +24,7 @@ COMMANDS: list[Command] = [
     open_pr.OPEN_PR,
     set_status.SET_STATUS,
     check_pins.CHECK_PINS,
+    pin.PIN,
     verify.VERIFY,
 ]
 

@@ -1,0 +1,240 @@
+"""`pin`: move pins with the rebase machinery, one upstream by hand or the whole chain.
+
+`pin --follow NeMo-RL [REF]` pins NeMo-RL at REF (default: its current pin), reads the Bridge
+gitlink in that NeMo-RL commit and the Megatron-LM gitlink in that Bridge commit, and moves
+our Bridge and Megatron-LM pins there. Every moved upstream's series is replayed and
+classified exactly like `rebase`; it is all or nothing: any conflict (or any link of the
+chain that cannot be read) changes nothing outside the scratch directories. Afterwards
+`check-pins` is clean by construction. `pin UPSTREAM REF` moves one upstream and reports the
+incoherence it creates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .bases import GIT, history_repos, resolve_bases, resolve_git, short
+from .check_pins import AHEAD, BEHIND, DIVERGED, VIOLATED, check_pins, nested_gitlinks, norm_url
+from .command import Command, root_of
+from .errors import PatchToolError
+from .manifest import Manifest, Upstream, load_manifest
+from .rebase import RebaseResult, TripwireHook, create_scratch, rebase_series, remove_scratch
+from .rebase_cmd import EXIT_CONFLICT, REPORT_DIR, read_patches, report_name
+from .rebase_write import write_rebase
+from .report import markdown, table
+
+
+@dataclass
+class Move:
+    """One upstream to move: where to, and why (the chain link that named the commit)."""
+
+    upstream: Upstream
+    ref: str
+    commit: str
+    reason: str
+
+
+def _lookup(scratch_root: Path, root: Path, up: Upstream, ref: str) -> str:
+    """`ref` as a full commit of `up` (its checkout, else fetched); actionable error if not."""
+    probe = scratch_root / f"probe-{up.name}"
+    create_scratch(probe, history_repos(root, up))
+    sha, why = resolve_git(probe, history_repos(root, up), up.url, ref)
+    if not sha:
+        raise PatchToolError(
+            f"{up.name}: cannot find {ref} ({why or 'not in the local history'}); provide the "
+            f"history (git submodule update --init {up.path}, or a mirror via git config "
+            f"--global url.<mirror>.insteadOf {up.url}); nothing was changed"
+        )
+    return sha
+
+
+def _nested(scratch_root: Path, root: Path, holder: Upstream, commit: str, target: Upstream) -> str:
+    """The gitlink `holder`@`commit` records for `target` (matched by URL)."""
+    probe = scratch_root / f"probe-{holder.name}"
+    links = nested_gitlinks(probe, commit)
+    hit = links.get(norm_url(target.url))
+    if hit is None:
+        known = ", ".join(f"{p} ({u})" for u, (p, _) in sorted(links.items())) or "none"
+        raise PatchToolError(
+            f"{holder.name}@{short(commit)} has no submodule for {target.url} in its "
+            f".gitmodules/tree (submodules there: {known}); cannot follow the chain; nothing "
+            "was changed"
+        )
+    return hit[1]
+
+
+def follow_chain(
+    root: Path, manifest: Manifest, top: str, ref: str, scratch_root: Path
+) -> list[Move]:
+    """[top, its nested pin, that one's nested pin, ...] following our upstreams by URL."""
+    ups = manifest.upstreams
+    if top not in ups:
+        raise PatchToolError(f"unknown upstream {top}; known: {', '.join(ups)}")
+    moves = [
+        Move(ups[top], ref, _lookup(scratch_root, root, ups[top], ref), f"--follow {top} {ref}")
+    ]
+    seen = {top}
+    while True:
+        holder = moves[-1]
+        probe = scratch_root / f"probe-{holder.upstream.name}"
+        links = nested_gitlinks(probe, holder.commit)
+        nxt = next(
+            (u for u in ups.values() if u.name not in seen and norm_url(u.url) in links), None
+        )
+        if nxt is None:
+            missing = [u for u in ups.values() if u.name not in seen]
+            if missing:
+                names = ", ".join(f"{u.name} ({u.url})" for u in missing)
+                raise PatchToolError(
+                    f"{holder.upstream.name}@{short(holder.commit)} nests none of {names} "
+                    f"(its submodules: {', '.join(sorted(links)) or 'none'}); the chain from "
+                    f"{top} cannot pin them; nothing was changed"
+                )
+            break
+        sha = _nested(scratch_root, root, holder.upstream, holder.commit, nxt)
+        _lookup(scratch_root, root, nxt, sha)
+        moves.append(
+            Move(nxt, sha, sha, f"nested in {holder.upstream.name}@{short(holder.commit)}")
+        )
+        seen.add(nxt.name)
+    return moves
+
+
+@dataclass
+class Planned:
+    move: Move
+    result: RebaseResult | None  # None: already at that pin
+    scratch: Path | None
+
+
+def plan(root: Path, moves: list[Move], tripwire: TripwireHook | None) -> list[Planned]:
+    """Replay every moved series (nothing outside scratch dirs is touched)."""
+    planned = []
+    for move in moves:
+        up = move.upstream
+        if move.commit == up.commit:
+            planned.append(Planned(move, None, None))
+            continue
+        scratch = Path(tempfile.mkdtemp(prefix=f"patches-pin-{up.name}-"))
+        create_scratch(scratch, history_repos(root, up))
+        old, new, repos, _ = resolve_bases(scratch, root, up, move.ref, mode=GIT)
+        result = rebase_series(
+            up.name,
+            read_patches(root, up),
+            old,
+            new,
+            scratch,
+            history_repos=repos,
+            tripwire=tripwire,
+        )
+        planned.append(Planned(move, result, scratch))
+    return planned
+
+
+def run_pin(
+    root: Path,
+    upstream: str,
+    ref: str,
+    *,
+    follow: bool,
+    dry_run: bool = False,
+    tripwire: TripwireHook | None = None,
+) -> tuple[list[Planned], list[str]]:
+    """The `pin` command as a function: (per-upstream plans, files written)."""
+    manifest = load_manifest(root)
+    if upstream not in manifest.upstreams:
+        raise PatchToolError(f"unknown upstream {upstream}; known: {', '.join(manifest.upstreams)}")
+    ref = ref or manifest.upstreams[upstream].commit
+    with tempfile.TemporaryDirectory(prefix="patches-pin-probe-") as tmp:
+        if follow:
+            moves = follow_chain(root, manifest, upstream, ref, Path(tmp))
+        else:
+            up = manifest.upstreams[upstream]
+            moves = [Move(up, ref, _lookup(Path(tmp), root, up, ref), f"pin {upstream} {ref}")]
+    planned = plan(root, moves, tripwire)
+    conflicts = [p for p in planned if p.result is not None and p.result.conflicts]
+    written: list[str] = []
+    for p in planned:
+        if p.result is None:
+            continue
+        up = p.move.upstream
+        command = ["tools/patches", "pin", *(["--follow"] if follow else []), upstream, ref]
+        text = markdown(p.result, command, "")
+        if conflicts or dry_run:
+            path = Path(f"{p.scratch}.md")
+        else:
+            tag = p.result.new.tag
+            files = write_rebase(root, up, p.result, new_commit=p.move.commit, new_tag=tag)
+            path = root / REPORT_DIR / report_name(up, p.result)
+            written += [*files.files, path.relative_to(root).as_posix()]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        if not p.result.conflicts and p.scratch is not None:
+            remove_scratch(p.scratch)
+    return planned, written
+
+
+def _configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("upstream", metavar="UPSTREAM")
+    parser.add_argument("ref", nargs="?", default="", metavar="REF", help="default: current pin")
+    parser.add_argument(
+        "--follow",
+        action="store_true",
+        help="also pin the upstreams UPSTREAM@REF nests (Bridge, then its Megatron-LM)",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="classify only; change nothing")
+    parser.add_argument("--json", action="store_true")
+
+
+def _run(args: argparse.Namespace) -> int:
+    root = root_of(args)
+    if not args.follow and not args.ref:
+        raise PatchToolError("pin UPSTREAM REF needs a REF (or --follow)")
+    planned, written = run_pin(
+        root, args.upstream, args.ref, follow=args.follow, dry_run=args.dry_run
+    )
+    conflict = any(p.result is not None and p.result.conflicts for p in planned)
+    if args.json:
+        rows = [
+            {
+                "upstream": p.move.upstream.name,
+                "commit": p.move.commit,
+                "reason": p.move.reason,
+                "result": p.result.to_json() if p.result else None,
+            }
+            for p in planned
+        ]
+        print(json.dumps({"moves": rows, "written": written, "conflict": conflict}, indent=2))
+        return EXIT_CONFLICT if conflict else 0
+    for p in planned:
+        name = p.move.upstream.name
+        if p.result is None:
+            print(f"{name}: already at {short(p.move.commit)} ({p.move.reason})")
+            continue
+        print(f"{name} -> {short(p.move.commit)} ({p.move.reason})")
+        print(table(p.result))
+        for cmd in p.result.finish_commands:
+            print("  " + shlex.join(cmd))
+    if conflict:
+        print("conflict: nothing outside the scratch directories changed")
+        return EXIT_CONFLICT
+    if args.dry_run:
+        print("dry run: nothing changed")
+        return 0
+    print("written: " + (", ".join(written) or "nothing"))
+    bad = [r for r in check_pins(root) if r.state in (AHEAD, BEHIND, DIVERGED, VIOLATED)]
+    for r in bad:
+        print(f"incoherent: {r.holder}@{r.holder_pin} -> {r.target}: {r.state} ({r.detail})")
+    if not bad:
+        print("check-pins: coherent")
+    return 0
+
+
+PIN = Command(
+    "pin", "move a pin (or follow NeMo-RL's chain) with the rebase machinery", _configure, _run
+)
