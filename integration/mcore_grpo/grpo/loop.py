@@ -66,7 +66,8 @@ class GRPOLoop:
         self.config = config
         self.task = task
         self.engine = engine
-        self.output_dir = output_dir
+        # Absolute: Ray actors run in their own working directory.
+        self.output_dir = output_dir.resolve()
         self.on_step = on_step
         self.dp = check_data_parallel(config, engine.world_size)
         if config.grpo.num_prompts_per_step % self.dp:

@@ -24,9 +24,11 @@ def _records(path: Path) -> list[dict]:
 
 
 @pytest.mark.timeout(600)
-def test_two_ray_workers_match_one_worker(tmp_path: Path, short: list[str]) -> None:
-    overrides = [*short, "checkpointing.enabled=false"]
-    config = load_config(overrides=overrides)
+def test_two_ray_workers_match_one_worker(
+    tmp_path: Path, short: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = load_config(overrides=short)
+    monkeypatch.chdir(tmp_path)  # a relative --output-dir must reach the actors resolved
     task = build_task(config.task.name)
     tokens = TaskTokens(task.vocab_size, task.pad_id, task.eos_id)
 
@@ -37,7 +39,7 @@ def test_two_ray_workers_match_one_worker(tmp_path: Path, short: list[str]) -> N
         local.shutdown()
     ray_engine = RayEngine(config, tokens, 2)
     try:
-        GRPOLoop(config, task, ray_engine, tmp_path / "two").run(progress=False)
+        GRPOLoop(config, task, ray_engine, Path("two")).run(progress=False)
     finally:
         ray_engine.shutdown()
 
@@ -50,6 +52,14 @@ def test_two_ray_workers_match_one_worker(tmp_path: Path, short: list[str]) -> N
         # ... and the same loss, KL and gradient norm up to float reassociation.
         for key in ("loss", "kl", "grad_norm"):
             assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), (a["step"], key)
+    # Both ranks' optimizer shards and the reference landed in one published checkpoint.
+    ckpt = tmp_path / "two/checkpoints/step_000003"
+    assert sorted(p.name for p in ckpt.iterdir()) == [
+        "meta.json",
+        "rank_00000.pt",
+        "rank_00001.pt",
+        "reference.pt",
+    ]
 
 
 @pytest.mark.timeout(600)
