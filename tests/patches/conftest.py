@@ -1,0 +1,62 @@
+"""Fixtures for the patch tripwire tests that need a running megatron-core.
+
+megatron-core's DDP and model code hard-code CUDA in a few places; on a CPU machine the
+redirects of `mcore_grpo.cpu` (one small module, each redirect commented with the upstream line
+needing it) make them run. They are active only inside the fixture and only without CUDA.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def mcore_parallel() -> Iterator[None]:
+    """A world-size-1 process group (gloo without CUDA) with megatron-core parallel state.
+
+    Reuses a process group / parallel state another fixture already set up in this session.
+    """
+    import torch.distributed as dist
+    from mcore_grpo.cpu import model_parallel_seed
+    from megatron.core import parallel_state
+
+    created_pg = False
+    if not dist.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend=backend, rank=0, world_size=1)
+        created_pg = True
+    created_mp = False
+    if not parallel_state.model_parallel_is_initialized():
+        parallel_state.initialize_model_parallel(
+            tensor_model_parallel_size=1, pipeline_model_parallel_size=1
+        )
+        created_mp = True
+    model_parallel_seed(1234, "cuda" if torch.cuda.is_available() else "cpu")
+    yield
+    if created_mp:
+        parallel_state.destroy_model_parallel()
+    if created_pg:
+        dist.destroy_process_group()
+
+
+@pytest.fixture
+def mcore_device(mcore_parallel: None) -> Iterator[str]:
+    """The device megatron-core runs on; CPU redirects active for the test when CUDA is absent."""
+    from mcore_grpo.cpu import cpu_device
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    with cpu_device(device):
+        yield device

@@ -1,0 +1,232 @@
+"""Tripwire for patches/Megatron-LM/ddp-forward-pre-hook-handles.patch.
+
+With the distributed optimizer and `overlap_param_gather=True`, megatron-core's
+`DistributedDataParallel` registers a forward pre-hook on every submodule present at
+`enable_forward_pre_hook()` time. `toggle_cuda_graphs(model, set_to="none")` deletes the
+`cudagraph_manager` submodules of the transformer layers; unpatched,
+`disable_forward_pre_hook()` then walks the changed module tree and fails its
+`assert len(self.remove_forward_pre_hook_handles) == 0`.
+
+On CPU a `CudaGraphManager` cannot be constructed (it needs a CUDA stream), so a parameterless
+`torch.nn.Module` stands in for it (a real `CudaGraphManager` owns no parameters either); the
+deletion and re-insertion are done by megatron-core's own `toggle_cuda_graphs` without
+rebuilding managers (`reset_cuda_graphs=False` on 0.16; the only mode from 0.17 on). The
+`gpu` variant uses real `CudaGraphManager`s.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import torch
+
+SEQ = 8
+VOCAB = 64
+HOOK_QUALNAME = "DistributedDataParallel._make_forward_pre_hook.<locals>.hook"
+
+
+class StandInCudaGraphManager(torch.nn.Module):
+    """CPU stand-in for `CudaGraphManager`: a submodule without parameters."""
+
+
+def _tiny_gpt(device: str) -> Any:
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer import TransformerConfig
+
+    config = TransformerConfig(
+        num_layers=2,
+        hidden_size=16,
+        num_attention_heads=2,
+        use_cpu_initialization=device == "cpu",
+        params_dtype=torch.float32,
+        bf16=False,
+        gradient_accumulation_fusion=False,
+        apply_rope_fusion=False,
+        bias_dropout_fusion=False,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+    )
+    model = GPTModel(
+        config=config,
+        transformer_layer_spec=get_gpt_layer_local_spec(),
+        vocab_size=VOCAB,
+        max_sequence_length=SEQ,
+    )
+    return model.to(device)
+
+
+def _transformer_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    from megatron.core.transformer.transformer_layer import TransformerLayer
+
+    layers = [m for m in model.modules() if isinstance(m, TransformerLayer)]
+    assert layers, "tiny GPTModel has no TransformerLayer"
+    return layers
+
+
+def _wrap_ddp(model: torch.nn.Module) -> Any:
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+
+    ddp_config = DistributedDataParallelConfig(
+        grad_reduce_in_fp32=True,
+        overlap_grad_reduce=True,
+        overlap_param_gather=True,
+        use_distributed_optimizer=True,
+    )
+    ddp = DistributedDataParallel(config=model.config, ddp_config=ddp_config, module=model)
+    assert ddp.use_forward_hook
+    return ddp
+
+
+def _toggle(model: torch.nn.Module, set_to: str) -> None:
+    """megatron-core's `toggle_cuda_graphs`, re-using cached managers (no CUDA needed)."""
+    from megatron.core.transformer.utils import toggle_cuda_graphs
+
+    if "reset_cuda_graphs" in inspect.signature(toggle_cuda_graphs).parameters:
+        toggle_cuda_graphs(model, set_to=set_to, reset_cuda_graphs=False)
+    else:
+        toggle_cuda_graphs(model, set_to=set_to)
+
+
+@pytest.fixture
+def forget_cuda_graph_cache() -> Iterator[list[torch.nn.Module]]:
+    """Drop the models the test registers from toggle_cuda_graphs' module-global cache."""
+    models: list[torch.nn.Module] = []
+    yield models
+    from megatron.core.transformer import utils
+
+    cache = getattr(utils, "cuda_graph_attr_cache", None)
+    for model in models:
+        if cache:
+            cache.pop(id(model), None)
+
+
+def _ddp_hooks(module: torch.nn.Module) -> list[Callable[..., Any]]:
+    return [
+        h
+        for h in module._forward_pre_hooks.values()
+        if getattr(h, "__qualname__", "") == HOOK_QUALNAME
+    ]
+
+
+def _forward(ddp: Any, device: str) -> torch.Tensor:
+    tokens = torch.arange(SEQ, device=device).remainder(VOCAB).unsqueeze(0)
+    position_ids = torch.arange(SEQ, device=device).unsqueeze(0)
+    mask = torch.triu(torch.ones(1, 1, SEQ, SEQ, dtype=torch.bool, device=device), diagonal=1)
+    with torch.no_grad():
+        logits = ddp(input_ids=tokens, position_ids=position_ids, attention_mask=mask)
+    assert logits.shape == (1, SEQ, VOCAB)
+    assert torch.isfinite(logits).all()
+    return logits
+
+
+def _assert_no_ddp_hooks(ddp: Any, removed: list[torch.nn.Module]) -> None:
+    leftover = [m for m in [*ddp.module.modules(), *removed] if _ddp_hooks(m)]
+    assert leftover == [], f"DDP forward pre-hooks left on {[type(m).__name__ for m in leftover]}"
+    assert len(ddp.remove_forward_pre_hook_handles) == 0
+
+
+def _spy_param_sync(ddp: Any, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    calls: list[dict[str, Any]] = []
+    original = ddp.start_param_sync
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(ddp, "start_param_sync", spy)
+    return calls
+
+
+def test_disable_after_cudagraph_managers_removed(
+    mcore_device: str,
+    forget_cuda_graph_cache: list[torch.nn.Module],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Hooks enabled while cudagraph_manager submodules exist; managers deleted; disable."""
+    model = _tiny_gpt(mcore_device)
+    forget_cuda_graph_cache.append(model)
+    managers = []
+    for layer in _transformer_layers(model):
+        layer.cudagraph_manager = StandInCudaGraphManager()
+        managers.append(layer.cudagraph_manager)
+    ddp = _wrap_ddp(model)  # enables the forward pre-hooks, managers included
+    assert all(_ddp_hooks(m) for m in managers)
+
+    _toggle(model, "none")  # deletes every cudagraph_manager attribute
+    assert not any(hasattr(layer, "cudagraph_manager") for layer in _transformer_layers(model))
+    syncs = _spy_param_sync(ddp, monkeypatch)
+
+    ddp.disable_forward_pre_hook()
+
+    _assert_no_ddp_hooks(ddp, managers)
+    assert syncs == [{"force_sync": True}], "the forced param sync must still happen"
+    _forward(ddp, mcore_device)
+    ddp.enable_forward_pre_hook()
+    assert len(ddp.remove_forward_pre_hook_handles) == len(list(model.modules()))
+    _forward(ddp, mcore_device)
+
+
+def test_grpo_order_toggle_then_weight_swap(
+    mcore_device: str, forget_cuda_graph_cache: list[torch.nn.Module]
+) -> None:
+    """Generation toggles CUDA graphs on and off, then the reference swap disables hooks."""
+    model = _tiny_gpt(mcore_device)
+    forget_cuda_graph_cache.append(model)
+    managers = []
+    for layer in _transformer_layers(model):
+        layer.cudagraph_manager = StandInCudaGraphManager()
+        managers.append(layer.cudagraph_manager)
+    _toggle(model, "none")  # training runs without CUDA graphs
+    ddp = _wrap_ddp(model)
+    policy_logits = _forward(ddp, mcore_device)
+
+    # Generation: hooks off (param sync), CUDA graphs on, hooks back on (now on the managers).
+    ddp.disable_forward_pre_hook(param_sync=True)
+    _toggle(model, "local")
+    assert all(hasattr(layer, "cudagraph_manager") for layer in _transformer_layers(model))
+    ddp.enable_forward_pre_hook()
+    # End of generation: CUDA graphs off, the managers are deleted.
+    _toggle(model, "none")
+
+    # Reference logprobs: the weight swap disables the hooks first.
+    ddp.disable_forward_pre_hook(param_sync=True)
+    _assert_no_ddp_hooks(ddp, managers)
+    saved = {k: v.detach().clone() for k, v in model.state_dict().items() if v is not None}
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.5)
+    reference_logits = _forward(ddp, mcore_device)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(saved[name])
+    ddp.enable_forward_pre_hook()
+
+    assert not torch.equal(reference_logits, policy_logits)
+    torch.testing.assert_close(_forward(ddp, mcore_device), policy_logits)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: real CudaGraphManager")
+def test_real_toggle_cuda_graphs_gpu(
+    mcore_device: str, forget_cuda_graph_cache: list[torch.nn.Module]
+) -> None:
+    """GPU: megatron-core's toggle_cuda_graphs creates and deletes real CudaGraphManagers."""
+    from megatron.core.transformer.utils import toggle_cuda_graphs
+
+    model = _tiny_gpt(mcore_device)
+    forget_cuda_graph_cache.append(model)
+    ddp = _wrap_ddp(model)
+    ddp.disable_forward_pre_hook(param_sync=True)
+    toggle_cuda_graphs(model, set_to="local")
+    managers = [layer.cudagraph_manager for layer in _transformer_layers(model)]
+    ddp.enable_forward_pre_hook()
+    toggle_cuda_graphs(model, set_to="none")
+
+    ddp.disable_forward_pre_hook(param_sync=True)
+
+    _assert_no_ddp_hooks(ddp, managers)
+    _forward(ddp, mcore_device)
