@@ -62,12 +62,12 @@ def _tiny_gpt(device: str) -> Any:
 def _transformer_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     from megatron.core.transformer.transformer_layer import TransformerLayer
 
-    layers = [m for m in model.modules() if isinstance(m, TransformerLayer)]
+    layers: list[torch.nn.Module] = [m for m in model.modules() if isinstance(m, TransformerLayer)]
     assert layers, "tiny GPTModel has no TransformerLayer"
     return layers
 
 
-def _wrap_ddp(model: torch.nn.Module) -> Any:
+def _wrap_ddp(model: Any) -> Any:
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
 
     ddp_config = DistributedDataParallelConfig(
@@ -149,10 +149,11 @@ def test_disable_after_cudagraph_managers_removed(
     """Hooks enabled while cudagraph_manager submodules exist; managers deleted; disable."""
     model = _tiny_gpt(mcore_device)
     forget_cuda_graph_cache.append(model)
-    managers = []
+    managers: list[torch.nn.Module] = []
     for layer in _transformer_layers(model):
-        layer.cudagraph_manager = StandInCudaGraphManager()
-        managers.append(layer.cudagraph_manager)
+        manager = StandInCudaGraphManager()
+        layer.cudagraph_manager = manager
+        managers.append(manager)
     ddp = _wrap_ddp(model)  # enables the forward pre-hooks, managers included
     assert all(_ddp_hooks(m) for m in managers)
 
@@ -176,10 +177,11 @@ def test_grpo_order_toggle_then_weight_swap(
     """Generation toggles CUDA graphs on and off, then the reference swap disables hooks."""
     model = _tiny_gpt(mcore_device)
     forget_cuda_graph_cache.append(model)
-    managers = []
+    managers: list[torch.nn.Module] = []
     for layer in _transformer_layers(model):
-        layer.cudagraph_manager = StandInCudaGraphManager()
-        managers.append(layer.cudagraph_manager)
+        manager = StandInCudaGraphManager()
+        layer.cudagraph_manager = manager
+        managers.append(manager)
     _toggle(model, "none")  # training runs without CUDA graphs
     ddp = _wrap_ddp(model)
     policy_logits = _forward(ddp, mcore_device)
@@ -222,7 +224,11 @@ def test_real_toggle_cuda_graphs_gpu(
     ddp = _wrap_ddp(model)
     ddp.disable_forward_pre_hook(param_sync=True)
     toggle_cuda_graphs(model, set_to="local")
-    managers = [layer.cudagraph_manager for layer in _transformer_layers(model)]
+    managers: list[torch.nn.Module] = []
+    for layer in _transformer_layers(model):
+        manager = layer.cudagraph_manager
+        assert isinstance(manager, torch.nn.Module)
+        managers.append(manager)
     ddp.enable_forward_pre_hook()
     toggle_cuda_graphs(model, set_to="none")
 

@@ -51,6 +51,7 @@ def test_ids_to_text_drops_out_of_vocab_ids(
     tok = HuggingFaceTokenizer(str(tokenizer_dir), use_fast=True)
     text = "the lazy dog"
     ids = tok.text_to_ids(text)
+    assert tok.tokenizer is not None
     vocab_size = len(tok.tokenizer)
     assert ids and max(ids) < vocab_size
     # Ids from the padded part of the model vocabulary, as a sampler can produce them.
