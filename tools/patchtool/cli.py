@@ -9,7 +9,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import check_pins, cmd_apply, lint, open_pr, pin, rebase_cmd, set_status, status, verify
+from . import (
+    check_pins,
+    cmd_apply,
+    lint,
+    open_pr,
+    pin,
+    rebase_cmd,
+    set_status,
+    status,
+    upstream_check,
+    verify,
+)
 from . import export as export_cmd
 from .command import Command
 from .errors import PatchToolError
@@ -26,6 +37,7 @@ COMMANDS: list[Command] = [
     check_pins.CHECK_PINS,
     pin.PIN,
     verify.VERIFY,
+    upstream_check.UPSTREAM_CHECK,
 ]
 
 
