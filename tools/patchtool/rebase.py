@@ -172,6 +172,11 @@ def create_scratch(scratch: Path, object_sources: list[Path]) -> None:
 
 def _checkout(scratch: Path, commit: str) -> None:
     git(["checkout", "-q", "-f", "--detach", commit], scratch)
+    # `read-tree` primes the index's cache-tree, so `git am`'s write-tree reuses the trees of
+    # untouched directories instead of re-checking every blob: mirrors that lack large blobs
+    # (Bridge's gifs) then still work. `reapply` restores the sparse skip-worktree bits.
+    git(["read-tree", commit], scratch)
+    git(["sparse-checkout", "reapply"], scratch)
     git(["clean", "-q", "-fdx"], scratch)
 
 
