@@ -107,7 +107,7 @@ class RayEngine:
         actor_cls = ray.remote(num_cpus=1, num_gpus=1 if gpu else 0, max_restarts=0)(PolicyRank)
         port = free_port()
         host = "127.0.0.1" if not address else ray.util.get_node_ip_address()
-        self.actors = [
+        self.actors: list[Any] = [
             actor_cls.remote(  # type: ignore[attr-defined]
                 config,
                 tokens,
