@@ -6,6 +6,7 @@ cache); they skip, saying why, where the tool cannot be fetched.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -175,7 +176,7 @@ def test_megatron_standin_uses_recorded_hooks_only_if_its_pyproject_agrees(
                 (BLACK, BLACK_SPEC),
                 (ISORT, "isort==5.13.2"),
             ]
-            assert why == "" and not_run and not_run[0].startswith("pylint (fallback:")
+            assert why == "" and not_run and not_run[0].startswith("pylint (recorded copy")
 
 
 def test_bridge_like_standin_without_config_is_not_checked(sandbox: Sandbox) -> None:
@@ -189,6 +190,7 @@ def test_bridge_like_standin_without_config_is_not_checked(sandbox: Sandbox) -> 
     assert apply_upstream(sandbox.root, up, downloader=downloader).state == "applied"
     report = check_upstream(sandbox.root, up, uv="unused")
     assert report.state == "not-checked" and report.finding_count == 0
+    assert report.patches[0].ran == []  # rendered "nothing checked", never "clean"
     assert any("config not available on the stand-in" in u for u in report.unchecked)
     assert any("DCO not checked" in u for u in report.unchecked)
     root = ["--root", str(sandbox.root), "upstream-check", "Up"]
@@ -222,8 +224,10 @@ def test_commit_differing_from_its_patch_is_refused(sandbox: Sandbox) -> None:
 # --- with the real pinned formatters --------------------------------------------------------
 
 
-def test_ruff_finding_dco_finding_and_clean_patch(sandbox: Sandbox, tmp_path: Path) -> None:
-    uv = _tool_or_skip(RUFF_SPEC, tmp_path)
+def test_ruff_finding_dco_finding_and_clean_patch(
+    sandbox: Sandbox, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _tool_or_skip(RUFF_SPEC, tmp_path)
     base = {
         ".pre-commit-config.yaml": RUFF_HOOKS,
         "pyproject.toml": '[tool.ruff.lint]\nselect = ["F"]\n',
@@ -236,18 +240,19 @@ def test_ruff_finding_dco_finding_and_clean_patch(sandbox: Sandbox, tmp_path: Pa
         ({"pkg/old.py": "import os\n\nX = 2\n"}, TRAILERS + SIGNOFF),
     ]
     root = _applied(sandbox, base, patches)
-    report = check_upstream(root, load_manifest(root).upstreams["Up"], uv=uv)
-    clean, bad, old = report.patches
-    assert report.state == "checked" and report.dco.startswith("CONTRIBUTING.md asks")
-    assert clean.findings == []
-    assert sorted((f.check.split()[0], f.file, f.line) for f in bad.findings) == [
+    capsys.readouterr()
+    assert main(["--root", str(root), "upstream-check", "--json"]) == 1  # one run, via the CLI
+    (report,) = json.loads(capsys.readouterr().out)["upstreams"]
+    clean, bad, old = report["patches"]
+    assert report["state"] == "checked" and report["dco"].startswith("CONTRIBUTING.md asks")
+    assert clean["findings"] == [] and clean["ran"] == ["dco", "ruff (ruff 0.9.9)"]
+    assert sorted((f["check"].split()[0], f["file"], f["line"]) for f in bad["findings"]) == [
         ("dco", "patches/Up/p2.patch", 4),
         ("ruff", "pkg/bad.py", 1),
     ]
-    assert any("F401" in f.message and "sys" in f.message for f in bad.findings)
-    assert [(f.file, f.preexisting) for f in old.findings] == [("pkg/old.py", True)]
-    assert report.finding_count == 2
-    assert main(["--root", str(root), "upstream-check"]) == 1
+    assert any("F401" in f["message"] and "sys" in f["message"] for f in bad["findings"])
+    assert [(f["file"], f["preexisting"]) for f in old["findings"]] == [("pkg/old.py", True)]
+    assert report["findings"] == 2
 
 
 def test_black_finding_under_megatron_core_only(sandbox: Sandbox, tmp_path: Path) -> None:

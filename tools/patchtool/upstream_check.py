@@ -50,7 +50,7 @@ DIFF_LINES = 30
 # the stand-in's own pyproject.toml agrees (black `required_version`, an [tool.isort] table).
 STANDIN_HOOKS: dict[str, tuple[str, str]] = {
     "Megatron-LM": (
-        "Megatron-LM .pre-commit-config.yaml at core_v0.16.1/core_v0.19.0 (the sdist lacks it)",
+        "recorded copy of Megatron-LM's .pre-commit-config.yaml (core_v0.16.1, core_v0.19.0)",
         """repos:
 - repo: https://github.com/psf/black
   rev: 'refs/tags/24.4.2:refs/tags/24.4.2'
@@ -127,6 +127,7 @@ class PatchReport:
     files: list[str]
     findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    ran: list[str] = field(default_factory=list)  # checks that applied to at least one file
 
     @property
     def new_findings(self) -> list[Finding]:
@@ -230,7 +231,7 @@ def load_checks(repo: Path, up: Upstream, source: Source) -> tuple[list[Check], 
             ),
         )
     where, text = STANDIN_HOOKS[up.name]
-    checks, not_run = checks_from_hooks(read_hooks(text, where), f"fallback: {where}")
+    checks, not_run = checks_from_hooks(read_hooks(text, where), where)
     why = _standin_disagrees(repo, checks)
     if why:
         return [], [], f"recorded hooks do not fit the stand-in ({why}): not checked"
@@ -305,15 +306,20 @@ def find_uv() -> str:
 
 
 class ToolRunner:
-    """Runs one check on one file's content, from the checkout's root, via `uv tool run`."""
+    """Runs one check on one file's content, from the checkout's root.
+
+    `uv tool run --from <spec>` resolves each tool once (PyPI or uv's cache) and reports the
+    bin directory of the environment it made; later runs call the tool there directly, which
+    saves uv's ~0.3-0.6 s per call on a loaded machine.
+    """
 
     def __init__(self, uv: str, checkout: Path) -> None:
         self.uv = uv
         self.checkout = checkout
-        self._ready: dict[str, str] = {}
+        self._bin: dict[str, Path] = {}
+        self._why: dict[str, str] = {}
 
-    def _tool(self, spec: str, argv: list[str], data: bytes) -> subprocess.CompletedProcess[str]:
-        cmd = [self.uv, "-q", "tool", "run", "--from", spec, *argv]
+    def _exec(self, cmd: list[str], data: bytes) -> subprocess.CompletedProcess[str]:
         try:
             return subprocess.run(
                 cmd,
@@ -329,13 +335,24 @@ class ToolRunner:
             raise PatchToolError(f"{' '.join(cmd)} timed out after {TOOL_TIMEOUT_S:.0f} s") from exc
 
     def unavailable(self, spec: str) -> str:
-        """'' if `spec` runs (downloads it into uv's cache once), else why not."""
-        if spec not in self._ready:
+        """'' if `spec` runs (fetched into uv's cache once), else why not."""
+        if spec not in self._bin and spec not in self._why:
             command = spec.split("==", 1)[0]
-            proc = self._tool(spec, [command, "--version"], b"")
-            tail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
-            self._ready[spec] = "" if proc.returncode == 0 else tail
-        return self._ready[spec]
+            where = "import os, sys; print(os.path.dirname(sys.executable))"
+            probe = [self.uv, "-q", "tool", "run", "--from", spec, "python", "-c", where]
+            proc = self._exec(probe, b"")
+            tool = Path(proc.stdout.strip()) / command
+            if proc.returncode == 0 and tool.is_file():
+                version = self._exec([str(tool), "--version"], b"")
+                if version.returncode == 0:
+                    self._bin[spec] = tool
+                    return ""
+                proc = version
+            self._why[spec] = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        return self._why.get(spec, "")
+
+    def _tool(self, spec: str, argv: list[str], data: bytes) -> subprocess.CompletedProcess[str]:
+        return self._exec([str(self._bin[spec]), *argv[1:]], data)
 
     def run(self, check: Check, path: str, data: bytes) -> list[tuple[int, str, str, str]]:
         """Findings as (line, message, detail, match key) of `check` on `data` named `path`."""
@@ -531,6 +548,7 @@ def check_upstream(root: Path, up: Upstream, uv: str | None = None) -> UpstreamR
         result = PatchReport(patch.path.name, files)
         patch_file = patch.path.relative_to(root).as_posix()
         if signoff:
+            result.ran.append("dco")
             result.findings += dco_findings(patch, patch_file)
         for path in files:
             data = _blob(repo, commit, path)
@@ -540,6 +558,8 @@ def check_upstream(root: Path, up: Upstream, uv: str | None = None) -> UpstreamR
             before = _blob(repo, parent, path)
             for check in checks:
                 if check.applies(path, data):
+                    if check.label not in result.ran:
+                        result.ran.append(check.label)
                     result.findings += _check_file(runner, check, path, data, before)
         report.patches.append(result)
     if report.unchecked and not checks:
@@ -566,7 +586,7 @@ def render(reports: list[UpstreamReport]) -> str:
         for p in r.patches:
             new = p.new_findings
             old = len(p.findings) - len(new)
-            verdict = f"{len(new)} finding(s)" if new else "clean"
+            verdict = f"{len(new)} finding(s)" if new else "clean" if p.ran else "nothing checked"
             verdict += f", {old} pre-existing" if old else ""
             out.append(f"  {p.patch}: {verdict} ({len(p.files)} file(s))")
             for f in p.findings:
