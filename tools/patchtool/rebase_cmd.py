@@ -29,6 +29,7 @@ from .rebase_write import write_rebase
 from .report import markdown, table
 from .series import SERIES_FILE, read_series
 from .sources import Downloader, pip_download
+from .verify import tripwire_hook, venv_python
 
 EXIT_CONFLICT = 2
 REPORT_DIR = Path("docs") / "rebases"
@@ -127,6 +128,12 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--resume", type=Path, metavar="SCRATCH", help="continue after resolving a conflict by hand"
     )
+    parser.add_argument(
+        "--tripwires",
+        action="store_true",
+        help="also run each patch's Test: on the new base without it (upstreamed evidence; "
+        "needs the project venv, one pytest process per patch)",
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -144,6 +151,7 @@ def _run(args: argparse.Namespace) -> int:
         keep_scratch=args.keep_scratch,
         report_path=args.report,
         resume=args.resume,
+        tripwire=tripwire_hook(root, args.upstream, venv_python(root)) if args.tripwires else None,
         command=_command_line(args),
     )
     if args.json:
@@ -177,6 +185,7 @@ def _command_line(args: argparse.Namespace) -> list[str]:
     cmd += ["--dry-run"] if args.dry_run else []
     cmd += ["--source", args.source] if args.source != AUTO else []
     cmd += ["--commit", args.commit] if args.commit else []
+    cmd += ["--tripwires"] if args.tripwires else []
     return cmd
 
 

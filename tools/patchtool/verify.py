@@ -5,6 +5,11 @@ on the same tree with only that patch left out. Both states share one checkout a
 left-out state reverse-applies the patch's files in the work tree, runs one pytest process, and
 restores the files from HEAD, so the cost is one pytest start per state (megatron-core's import
 dominates it).
+
+On a proxy (the nearest release standing in for a non-release pin) every row says so: the
+source column carries the patch's proxy label, a proof is "proven on proxy" (never "proven"),
+and a patch that does not apply on the proxy is "not verified here" (like a missing source,
+accepted by --allow-missing).
 """
 
 from __future__ import annotations
@@ -26,11 +31,13 @@ from .command import Command, root_of
 from .errors import GitError, PatchToolError
 from .git import git, git_ok
 from .manifest import Upstream, load_manifest
+from .rebase import TripwireHook
 from .series import Patch, load_series
 from .sources import MISSING, STANDIN, Source, checkout_dir, detect_source
 from .status import upstream_status
 
 PASSED, FAILED, SKIPPED, NOT_RUN = "passed", "failed", "skipped", "not-run"
+PROVEN, PROVEN_ON_PROXY, NOT_VERIFIED = "proven", "proven on proxy", "not verified here"
 
 
 @dataclass
@@ -43,12 +50,18 @@ class Proof:
     source: str
     with_patch: str = NOT_RUN
     without_patch: str = NOT_RUN
-    verdict: str = "not verified here"
+    verdict: str = NOT_VERIFIED
     detail: str = ""
+    proxy: str = ""  # non-empty: ran on this proxy, not on the pinned commit
 
     @property
     def proven(self) -> bool:
-        return self.verdict == "proven"
+        return self.verdict in (PROVEN, PROVEN_ON_PROXY)
+
+    @property
+    def unavailable(self) -> bool:
+        """Not verifiable on this machine (source missing, or the patch does not fit the proxy)."""
+        return self.source == "missing" or (bool(self.proxy) and self.verdict == NOT_VERIFIED)
 
 
 @dataclass
@@ -76,6 +89,8 @@ def _covers(node: str, case: str) -> bool:
 
 def source_label(source: Source) -> str:
     """How exact a verification on this source is; never claims more than it is."""
+    if source.proxy:
+        return f"PROXY ({source.detail})"
     if source.kind == STANDIN:
         return f"stand-in ({source.detail})"
     return f"exact pin ({source.kind})"
@@ -116,14 +131,18 @@ def parse_junit(xml_text: str) -> dict[str, tuple[str, str]]:
     return result
 
 
-def run_pytest(root: Path, python: Path, nodes: list[str]) -> Outcomes:
-    """One pytest process over `nodes`; outcomes per test node."""
+def run_pytest(
+    root: Path, python: Path, nodes: list[str], env: dict[str, str] | None = None
+) -> Outcomes:
+    """One pytest process over `nodes` (extra `env` on top of ours); outcomes per test node."""
     with tempfile.TemporaryDirectory(prefix="patchtool-verify-") as tmp:
         junit = Path(tmp) / "junit.xml"
         cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o"]
         cmd += ["junit_family=xunit1", f"--junitxml={junit}", *sorted(set(nodes))]
-        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
-        proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=env, check=False)
+        full_env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", **(env or {}))
+        proc = subprocess.run(
+            cmd, cwd=root, capture_output=True, text=True, env=full_env, check=False
+        )
         tail = " | ".join(proc.stdout.strip().splitlines()[-3:])
         if not junit.exists():
             return Outcomes({}, tail or proc.stderr.strip()[-300:])
@@ -177,6 +196,13 @@ def verify_upstream(root: Path, up: Upstream, python: Path, progress: bool) -> l
             f"`tools/patches apply {up.name}` first"
         )
     testable = [(proof, patch) for proof, (_, patch) in zip(proofs, series, strict=True)]
+    if source.proxy:
+        checks = check_series(repo, source.pin, series)
+        for (proof, _), check in zip(testable, checks, strict=True):
+            proof.proxy, proof.source = proxy_name(up), f"PROXY {proxy_name(up)}: {check.label}"
+            if not check.applies:
+                proof.detail = f"{check.label}; the patch is not applied on the proxy"
+        testable = [t for t, c in zip(testable, checks, strict=True) if c.applies]
     for proof, _ in testable:
         if not proof.tests:
             proof.verdict, proof.detail = "no tripwire", "the patch has no Test: trailer"
@@ -193,6 +219,31 @@ def verify_upstream(root: Path, up: Upstream, python: Path, progress: bool) -> l
         proof.without_patch, why_without = _combine(without, proof.tests, want_each=FAILED)
         proof.verdict, proof.detail = _verdict(proof, why_with, why_without)
     return proofs
+
+
+def tree_env(upstream: str, tree: Path) -> dict[str, str]:
+    """Environment that points a patch's tests at `tree` instead of 3rdparty/<upstream>.
+
+    Imports follow PYTHONPATH (the tree root, and `src/` for src-layout upstreams, ahead of the
+    editable install); tests that read upstream files by path honour `PATCHTOOL_TREE_<NAME>`
+    (tests/support/upstream_tree.py).
+    """
+    paths = [str(tree), str(tree / "src"), os.environ.get("PYTHONPATH", "")]
+    var = "PATCHTOOL_TREE_" + upstream.upper().replace("-", "_")
+    return {"PYTHONPATH": os.pathsep.join(p for p in paths if p), var: str(tree)}
+
+
+def tripwire_hook(root: Path, upstream: str, python: Path) -> TripwireHook:
+    """A rebase evidence hook: True when the patch's tests pass on the new base without it."""
+
+    def hook(name: str, patch: Patch, tree: Path) -> bool | None:
+        nodes = patch.trailer_values("Test")
+        if not nodes:
+            return None
+        outcome, _ = _combine(run_pytest(root, python, nodes, tree_env(upstream, tree)), nodes)
+        return None if outcome == SKIPPED else outcome == PASSED
+
+    return hook
 
 
 def _combine(outcomes: Outcomes, nodes: list[str], want_each: str = PASSED) -> tuple[str, str]:
@@ -214,12 +265,14 @@ def _combine(outcomes: Outcomes, nodes: list[str], want_each: str = PASSED) -> t
 
 def _verdict(proof: Proof, why_with: str, why_without: str) -> tuple[str, str]:
     if proof.with_patch == SKIPPED or proof.without_patch == SKIPPED:
-        return "not verified here", f"skipped: {why_with or why_without}"
+        return NOT_VERIFIED, f"skipped: {why_with or why_without}"
     if proof.with_patch != PASSED:
         return "NOT PROVEN", f"fails with the patch: {why_with}"
     if proof.without_patch != FAILED:
         return "NOT PROVEN", f"does not trip without the patch: {why_without}"
-    return "proven", ""
+    if proof.proxy:
+        return PROVEN_ON_PROXY, f"on {proof.proxy}, not on the pinned commit"
+    return PROVEN, ""
 
 
 def _say(progress: bool, text: str) -> None:
@@ -262,7 +315,7 @@ def _run(args: argparse.Namespace) -> int:
     else:
         print(render_table(proofs))
     unproven = [p for p in proofs if not p.proven and p.verdict != "no tripwire"]
-    missing_only = all(p.source == "missing" for p in unproven)
+    missing_only = all(p.unavailable for p in unproven)
     return 0 if not unproven or (missing_only and args.allow_missing) else 1
 
 

@@ -26,13 +26,13 @@ import importlib.util
 import sys
 import types
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-SETUP_PY = REPO_ROOT / "3rdparty/Megatron-Bridge/src/megatron/bridge/training/setup.py"
+from tests.support.upstream_tree import upstream_tree
+
+SETUP_PY = upstream_tree("Megatron-Bridge") / "src/megatron/bridge/training/setup.py"
 SETUP_MODULE = "megatron.bridge.training.setup"
 
 pytestmark = pytest.mark.skipif(

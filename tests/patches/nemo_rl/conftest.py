@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-NEMO_RL_ROOT = REPO_ROOT / "3rdparty" / "NeMo-RL"
+from tests.support.upstream_tree import upstream_tree
+
+NEMO_RL_ROOT = upstream_tree("NeMo-RL")
 NEMO_RL_MISSING = not (NEMO_RL_ROOT / "nemo_rl" / "__init__.py").is_file()
 SKIP_REASON = (
     f"NeMo-RL source not present at {NEMO_RL_ROOT} (no offline stand-in exists; "
