@@ -4,19 +4,27 @@ Strict: `git am -k` without -3 (git refuses fuzz; offsets are fine). Reproducibl
 identity and date are the patch's author and date. Idempotent: a digest of pin + series in the
 checkout's config plus `refs/patchtool/applied` make a repeated run a fast no-op. Atomic: any
 failure aborts `git am` and restores HEAD, branch refs, index and worktree (and the stash).
+
+Proxies (`proxy = true`: the nearest release standing in for a non-release pin) are used only
+when the exact source is unavailable: a proxy stand-in found while the URL answers is
+replaced by the clone. On a proxy every patch is labelled (tools/patchtool/proxy.py) and a
+patch whose hunks do not apply there is left out and reported "not verified here" (exit 3
+unless --allow-missing); the rest of the series is applied.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import GitError, PatchToolError
 from .git import git, git_text
 from .manifest import Upstream
 from .paths import patch_path_problems
+from .proxy import ProxyCheck, check_series, proxy_name
 from .series import Patch, SeriesEntry, load_series
 from .sources import (
     MISSING,
@@ -28,6 +36,7 @@ from .sources import (
     ensure_source,
     is_repo,
     pip_download,
+    url_answers,
 )
 
 BRANCH = "patched"
@@ -49,9 +58,17 @@ class Outcome:
     patches: int = 0
     head: str = ""
     stash: str = ""
+    proxy: str = ""  # non-empty: the series went onto a proxy (named here), never the pin
+    checks: list[ProxyCheck] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
-        return dict(self.__dict__)
+        row = {k: v for k, v in self.__dict__.items() if k != "checks"}
+        row["patch_labels"] = [c.as_dict() for c in self.checks]
+        return row
+
+    def lines(self) -> list[str]:
+        """One line per patch on a proxy, each naming the proxy (nothing claims the pin)."""
+        return [f"{c.patch}: {c.label} [{self.proxy}]" for c in self.checks]
 
 
 def series_digest(up: Upstream, series_dir: Path, series: Series) -> str:
@@ -231,6 +248,32 @@ def _restore(repo: Path, ref: str, head: str, refs: dict[str, str], stash: str) 
         git(["stash", "pop", "--index", "-q"], repo)
 
 
+def retire_proxy_if_exact(root: Path, up: Upstream) -> str:
+    """A proxy is never used when the exact source is available: remove a proxy stand-in
+    (only tool-made state) when the URL answers, so the clone replaces it; returns a note."""
+    source = detect_source(root, up)
+    if not source.proxy:
+        return ""
+    ok, _ = url_answers(root, up)
+    if not ok:
+        return ""
+    repo = checkout_dir(root, up)
+    heads = git_text(["for-each-ref", "--format=%(refname)", "refs/heads/"], repo).splitlines()
+    foreign = [h for h in heads if h not in ("refs/heads/standin", BRANCH_REF)]
+    branch = _ref(repo, BRANCH_REF)
+    if branch and branch not in (_ref(repo, APPLIED_REF), source.pin):
+        foreign.append(BRANCH_REF)
+    if foreign or dirty_files(repo):
+        raise PatchToolError(
+            f"{up.name}: {up.path} is a proxy stand-in ({source.spec}) but the exact source "
+            f"{up.url} answers now, and the stand-in holds work of yours (changes or branches "
+            f"{', '.join(foreign) or 'uncommitted'}); move it away (mv {up.path} /tmp/) and "
+            "re-run: a proxy is never used when the pin itself is available"
+        )
+    shutil.rmtree(repo)
+    return f"removed the proxy stand-in {source.spec}: the exact source answers"
+
+
 def apply_upstream(
     root: Path, up: Upstream, *, force: bool = False, downloader: Downloader = pip_download
 ) -> Outcome:
@@ -240,8 +283,13 @@ def apply_upstream(
     check_safe_paths(up, series, None)
     repo = checkout_dir(root, up)
     digest = series_digest(up, series_dir, series)
+    retired = retire_proxy_if_exact(root, up) if is_repo(repo) else ""
     if is_repo(repo) and is_noop(repo, digest):
         head = _ref(repo, "HEAD")
+        source = detect_source(root, up)
+        if source.proxy:
+            checks = check_series(repo, source.pin, series)
+            return _proxy_outcome(up, source.spec, checks, "unchanged", "already applied", head)
         return Outcome(
             up.name,
             "unchanged",
@@ -258,7 +306,11 @@ def apply_upstream(
             len(series),
         )
     check_safe_paths(up, series, repo)
-    if source.kind == STANDIN:
+    checks: list[ProxyCheck] = []
+    if source.proxy:
+        checks = check_series(repo, source.pin, series)
+        series = [pair for pair, check in zip(series, checks, strict=True) if check.applies]
+    elif source.kind == STANDIN:
         check_preimages(repo, source.pin, up, series)
     saved = guard_branch(repo, up, source.pin, force)
     stash = refuse_or_stash(repo, up, force, "apply")
@@ -276,13 +328,34 @@ def apply_upstream(
     except BaseException:
         _restore(repo, ref, head, refs, stash)
         raise
-    notes = [f"applied {len(series)} patches on {up.tag or up.commit[:12]} ({source.detail})"]
+    notes = [] if not retired else [retired]
     notes.append(f"branch {BRANCH} at {new_head[:12]}")
     if saved:
         notes.append(f"previous {BRANCH} kept as branch {saved}")
     if stash:
         notes.append(f"uncommitted changes stashed as {stash[:12]} (git -C {up.path} stash pop)")
-    return Outcome(up.name, "applied", "; ".join(notes), len(series), new_head, stash)
+    if source.proxy:
+        outcome = _proxy_outcome(up, source.spec, checks, "applied", "; ".join(notes), new_head)
+        outcome.stash = stash
+        return outcome
+    first = f"applied {len(series)} patches on {up.tag or up.commit[:12]} ({source.detail})"
+    return Outcome(up.name, "applied", "; ".join([first, *notes]), len(series), new_head, stash)
+
+
+def _proxy_outcome(
+    up: Upstream, spec: str, checks: list[ProxyCheck], state: str, note: str, head: str
+) -> Outcome:
+    """The outcome on a proxy: says PROXY, counts what applied, labels every patch."""
+    applied = sum(1 for c in checks if c.applies)
+    left_out = [c.patch for c in checks if not c.applies]
+    message = (
+        f"PROXY {proxy_name(up)}, NOT the pinned commit: {applied} of {len(checks)} patches "
+        f"on {spec}" + (f"; {note}" if note else "")
+    )
+    if left_out:
+        state = "not-verified"
+        message += f"; NOT verified here (do not apply on the proxy): {', '.join(left_out)}"
+    return Outcome(up.name, state, message, len(checks), head, proxy=proxy_name(up), checks=checks)
 
 
 def reset_upstream(root: Path, up: Upstream, *, force: bool = False) -> Outcome:

@@ -55,11 +55,16 @@ def _report(args: argparse.Namespace, outcomes: list[Outcome]) -> int:
     for o in outcomes:
         if o.state == "error":
             print(f"error: {o.name}: {o.message}", file=sys.stderr)
-        elif o.state == "not-verified":
-            hint = "" if allow_missing else " (pass --allow-missing to accept)"
-            print(f"{o.name}: {o.message}{hint}", file=sys.stderr)
-        else:
-            print(f"{o.name}: {o.message}")
+            continue
+        stream = sys.stderr if o.state == "not-verified" else sys.stdout
+        hint = (
+            ""
+            if allow_missing or o.state != "not-verified"
+            else " (pass --allow-missing to accept)"
+        )
+        print(f"{o.name}: {o.message}{hint}", file=stream)
+        for line in o.lines():
+            print(f"  {o.name}: {line}", file=stream)
     return code
 
 

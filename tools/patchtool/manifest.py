@@ -28,6 +28,9 @@ class Standin:
     version: str
     proxy: bool
     paths: dict[str, str]
+    # How the proxy release was chosen (a content measurement); informational, so it is kept
+    # out of repr (the apply digest) and a re-worded basis never forces a re-apply.
+    basis: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,7 @@ def _parse_standin(raw: object, where: str) -> Standin | None:
         version=str(_require(raw, "version", f"{where}.standin", str)),
         proxy=bool(raw.get("proxy", False)),
         paths={str(k): str(v) for k, v in paths.items()},
+        basis=str(raw.get("proxy_basis", "")),
     )
 
 
@@ -164,6 +168,8 @@ def dumps(manifest: Manifest) -> str:
             out.append(f"tag_format = {_toml_str(s.tag_format)}")
             out.append(f"version = {_toml_str(s.version)}")
             out.append(f"proxy = {'true' if s.proxy else 'false'}")
+            if s.basis:
+                out.append(f"proxy_basis = {_toml_str(s.basis)}")
             out.append("")
             out.append(f"[{up.name}.standin.paths]")
             out += [f"{_toml_str(k)} = {_toml_str(v)}" for k, v in s.paths.items()]
@@ -171,27 +177,60 @@ def dumps(manifest: Manifest) -> str:
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-def set_pin(text: str, name: str, *, tag: str, commit: str, version: str | None = None) -> str:
-    """Return manifest `text` with upstream `name` pinned to tag/commit (and stand-in version).
+def set_pin(
+    text: str,
+    name: str,
+    *,
+    tag: str,
+    commit: str,
+    version: str | None = None,
+    proxy: bool | None = None,
+    basis: str | None = None,
+) -> str:
+    """Return manifest `text` with upstream `name` pinned to tag/commit (and stand-in fields).
 
     Only those value lines change; comments and layout are kept, so diffs stay reviewable.
+    `version`, `proxy` and `basis` (the `proxy_basis` line) are left alone when None; a
+    missing `proxy`/`proxy_basis` line is added after `version`, and `basis=""` removes it.
     """
+    values: dict[str, object] = {"tag": tag, "commit": commit}
+    standin_values = {"version": version, "proxy": proxy, "proxy_basis": basis}
     out: list[str] = []
     section = ""
     done: set[str] = set()
+    version_at = -1
     for line in text.splitlines(keepends=True):
         header = re.match(r'^\[\s*"?([^\]"]+?)"?\s*\]', line)
         if header:
             section = header.group(1)
-        key = re.match(r"^(\s*)(tag|commit|version)(\s*=\s*)", line)
-        targets = {name: ("tag", "commit"), f"{name}.standin": ("version",)}
-        if key and key.group(2) in targets.get(section, ()):
-            value = {"tag": tag, "commit": commit, "version": version}[key.group(2)]
+        key = re.match(r"^(\s*)(tag|commit|version|proxy|proxy_basis)(\s*=\s*)", line)
+        table = (
+            values if section == name else standin_values if section == f"{name}.standin" else {}
+        )
+        if key and key.group(2) in table:
+            value = table[key.group(2)]
+            done.add(key.group(2))
+            if key.group(2) == "proxy_basis" and value == "":
+                continue
             if value is not None:
                 eol = "\n" if line.endswith("\n") else ""
-                line = f"{key.group(1)}{key.group(2)}{key.group(3)}{_toml_str(value)}{eol}"
-                done.add(key.group(2))
+                line = f"{key.group(1)}{key.group(2)}{key.group(3)}{_toml_value(value)}{eol}"
+            if key.group(2) == "version":
+                version_at = len(out)
         out.append(line)
     if not {"tag", "commit"} <= done:
         raise PatchToolError(f"{MANIFEST_PATH}: [{name}] has no tag/commit lines to update")
+    if version_at >= 0:
+        extra = [
+            f"{k} = {_toml_value(v)}\n"
+            for k, v in (("proxy", proxy), ("proxy_basis", basis))
+            if v not in (None, "") and k not in done
+        ]
+        out[version_at + 1 : version_at + 1] = extra
     return "".join(out)
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return _toml_str(str(value))

@@ -7,6 +7,13 @@ classified exactly like `rebase`; it is all or nothing: any conflict (or any lin
 chain that cannot be read) changes nothing outside the scratch directories. Afterwards
 `check-pins` is clean by construction. `pin UPSTREAM REF` moves one upstream and reports the
 incoherence it creates.
+
+Every moved upstream with a stand-in gets its offline stand-in fields set too: a release tag
+(given by name, or a commit a release tag points at) is its own stand-in (`proxy = false`);
+any other commit gets the nearest release as a proxy (`proxy = true`, `proxy_basis` records
+the measurement; tools/patchtool/nearest.py). `--proxy [NAME=]X.Y.Z[,X.Y.Z]` names candidate
+releases, measured against their real archives; without it the release tags in the history
+are measured.
 """
 
 from __future__ import annotations
@@ -18,15 +25,17 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .bases import GIT, history_repos, resolve_bases, resolve_git, short
+from .bases import GIT, history_repos, resolve_bases, resolve_git, short, version_for_tag
 from .check_pins import AHEAD, BEHIND, DIVERGED, VIOLATED, check_pins, nested_gitlinks, norm_url
 from .command import Command, root_of
 from .errors import PatchToolError
-from .manifest import Manifest, Upstream, load_manifest
+from .manifest import MANIFEST_PATH, Manifest, Upstream, load_manifest, set_pin
+from .nearest import choose_proxy, release_at, tag_of
 from .rebase import RebaseResult, TripwireHook, create_scratch, rebase_series, remove_scratch
 from .rebase_cmd import EXIT_CONFLICT, REPORT_DIR, read_patches, report_name
 from .rebase_write import write_rebase
 from .report import markdown, table
+from .sources import Downloader, pip_download
 
 
 @dataclass
@@ -105,11 +114,55 @@ def follow_chain(
     return moves
 
 
+@dataclass(frozen=True)
+class StandinMove:
+    """The stand-in fields an upstream gets with its new pin."""
+
+    version: str
+    proxy: bool
+    basis: str
+    tag: str  # the release tag when the new pin is a release (also when given as a commit)
+
+    def text(self, up: Upstream) -> str:
+        assert up.standin is not None
+        if not self.proxy:
+            return f"{up.standin.package} {self.version}: the release itself (proxy = false)"
+        return f"{up.standin.package} {self.version} as PROXY (proxy = true): {self.basis}"
+
+
 @dataclass
 class Planned:
     move: Move
     result: RebaseResult | None  # None: already at that pin
     scratch: Path | None
+    standin: StandinMove | None = None
+
+
+def plan_standin(
+    root: Path, p: Planned, candidates: list[str], downloader: Downloader
+) -> StandinMove | None:
+    """Release -> its own stand-in; other commit -> nearest release as proxy (measured)."""
+    up = p.move.upstream
+    if up.standin is None or p.result is None or p.scratch is None:
+        return None
+    tag_repos = [*history_repos(root, up), p.scratch]
+    version = version_for_tag(up.standin, p.result.new.tag) if p.result.new.tag else ""
+    version = version or release_at(tag_repos, up, p.move.commit)
+    if version:
+        return StandinMove(version, False, "", p.result.new.tag or tag_of(up, version))
+    version, basis = choose_proxy(
+        root, up, p.scratch, p.move.commit, candidates, downloader, tag_repos
+    )
+    return StandinMove(version, True, basis, "")
+
+
+def parse_proxies(values: list[str], default: str) -> dict[str, list[str]]:
+    """`--proxy [NAME=]X.Y.Z[,X.Y.Z]` values -> {upstream: [versions]}."""
+    out: dict[str, list[str]] = {}
+    for value in values:
+        name, _, versions = value.rpartition("=")
+        out.setdefault(name or default, []).extend(v for v in versions.split(",") if v)
+    return out
 
 
 def plan(root: Path, moves: list[Move], tripwire: TripwireHook | None) -> list[Planned]:
@@ -144,11 +197,20 @@ def run_pin(
     follow: bool,
     dry_run: bool = False,
     tripwire: TripwireHook | None = None,
+    proxies: dict[str, list[str]] | None = None,
+    downloader: Downloader = pip_download,
 ) -> tuple[list[Planned], list[str]]:
     """The `pin` command as a function: (per-upstream plans, files written)."""
     manifest = load_manifest(root)
     if upstream not in manifest.upstreams:
         raise PatchToolError(f"unknown upstream {upstream}; known: {', '.join(manifest.upstreams)}")
+    proxies = proxies or {}
+    unknown = sorted(set(proxies) - set(manifest.upstreams))
+    if unknown:
+        raise PatchToolError(
+            f"--proxy names unknown upstream {', '.join(unknown)}; known: "
+            f"{', '.join(manifest.upstreams)}"
+        )
     ref = ref or manifest.upstreams[upstream].commit
     with tempfile.TemporaryDirectory(prefix="patches-pin-probe-") as tmp:
         if follow:
@@ -158,18 +220,33 @@ def run_pin(
             moves = [Move(up, ref, _lookup(Path(tmp), root, up, ref), f"pin {upstream} {ref}")]
     planned = plan(root, moves, tripwire)
     conflicts = [p for p in planned if p.result is not None and p.result.conflicts]
+    try:
+        # Before anything is written: a proxy that cannot be chosen changes nothing.
+        for p in planned:
+            cands = proxies.get(p.move.upstream.name, [])
+            p.standin = plan_standin(root, p, cands, downloader)
+    except PatchToolError:
+        for p in planned:
+            if p.scratch is not None:
+                remove_scratch(p.scratch)
+        raise
     written: list[str] = []
     for p in planned:
         if p.result is None:
             continue
         up = p.move.upstream
         command = ["tools/patches", "pin", *(["--follow"] if follow else []), upstream, ref]
+        command += [f"--proxy={n}={','.join(v)}" for n, v in proxies.items()]
         text = markdown(p.result, command, "")
+        if p.standin is not None:
+            text += f"\n## Offline stand-in\n\n{p.standin.text(up)}\n"
         if conflicts or dry_run:
             path = Path(f"{p.scratch}.md")
         else:
-            tag = p.result.new.tag
+            tag = p.standin.tag if p.standin and p.standin.tag else p.result.new.tag
             files = write_rebase(root, up, p.result, new_commit=p.move.commit, new_tag=tag)
+            if p.standin is not None:
+                set_standin(root, up, p.move.commit, tag, p.standin)
             path = root / REPORT_DIR / report_name(up, p.result)
             written += [*files.files, path.relative_to(root).as_posix()]
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -177,6 +254,22 @@ def run_pin(
         if not p.result.conflicts and p.scratch is not None:
             remove_scratch(p.scratch)
     return planned, written
+
+
+def set_standin(root: Path, up: Upstream, commit: str, tag: str, move: StandinMove) -> None:
+    """Write the stand-in fields of the new pin into the manifest (comments kept)."""
+    path = root / MANIFEST_PATH
+    text = path.read_text(encoding="utf-8")
+    text = set_pin(
+        text,
+        up.name,
+        tag=tag,
+        commit=commit,
+        version=move.version,
+        proxy=move.proxy,
+        basis=move.basis,
+    )
+    path.write_text(text, encoding="utf-8")
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:
@@ -188,6 +281,14 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         help="also pin the upstreams UPSTREAM@REF nests (Bridge, then its Megatron-LM)",
     )
     parser.add_argument("--dry-run", action="store_true", help="classify only; change nothing")
+    parser.add_argument(
+        "--proxy",
+        action="append",
+        default=[],
+        metavar="[NAME=]X.Y.Z[,X.Y.Z]",
+        help="candidate releases for a non-release pin's proxy, measured against their archives "
+        "(default: the release tags in the history); bare versions apply to UPSTREAM",
+    )
     parser.add_argument("--json", action="store_true")
 
 
@@ -196,7 +297,12 @@ def _run(args: argparse.Namespace) -> int:
     if not args.follow and not args.ref:
         raise PatchToolError("pin UPSTREAM REF needs a REF (or --follow)")
     planned, written = run_pin(
-        root, args.upstream, args.ref, follow=args.follow, dry_run=args.dry_run
+        root,
+        args.upstream,
+        args.ref,
+        follow=args.follow,
+        dry_run=args.dry_run,
+        proxies=parse_proxies(args.proxy, args.upstream),
     )
     conflict = any(p.result is not None and p.result.conflicts for p in planned)
     if args.json:
@@ -206,6 +312,7 @@ def _run(args: argparse.Namespace) -> int:
                 "commit": p.move.commit,
                 "reason": p.move.reason,
                 "result": p.result.to_json() if p.result else None,
+                "standin": p.standin.__dict__ if p.standin else None,
             }
             for p in planned
         ]
@@ -218,6 +325,8 @@ def _run(args: argparse.Namespace) -> int:
             continue
         print(f"{name} -> {short(p.move.commit)} ({p.move.reason})")
         print(table(p.result))
+        if p.standin is not None:
+            print(f"{name} offline stand-in: {p.standin.text(p.move.upstream)}")
         for cmd in p.result.finish_commands:
             print("  " + shlex.join(cmd))
     if conflict:

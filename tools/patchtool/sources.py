@@ -46,6 +46,12 @@ class Source:
     kind: str
     pin: str
     detail: str
+    spec: str = ""  # stand-ins: the release it holds, `package==version`
+    proxy: bool = False  # a stand-in for a non-release pin: the nearest release, not the pin
+
+
+def spec_of(standin: Standin) -> str:
+    return f"{standin.package}=={standin.version}"
 
 
 def checkout_dir(root: Path, up: Upstream) -> Path:
@@ -69,7 +75,13 @@ def detect_source(root: Path, up: Upstream) -> Source:
     standin = git_text(["config", "--get", STANDIN_KEY], repo, check=False)
     if standin:
         pin = git_text(["rev-parse", "-q", "--verify", PIN_REF], repo, check=False)
-        return Source(STANDIN, pin, f"release stand-in {standin}, NOT a clone of {up.url}")
+        if up.standin and up.standin.proxy and standin == spec_of(up.standin):
+            detail = (
+                f"PROXY release stand-in {standin} for {up.commit[:12]} (nearest release, "
+                f"NOT the pinned commit), NOT a clone of {up.url}"
+            )
+            return Source(STANDIN, pin, detail, standin, True)
+        return Source(STANDIN, pin, f"release stand-in {standin}, NOT a clone of {up.url}", standin)
     if not has_commit(repo, up.commit):
         return Source(MISSING, "", f"{up.path} has no commit {up.commit[:12]} (fetch it)")
     fetch_url = git_text(["ls-remote", "--get-url", "origin"], repo, check=False)
@@ -89,11 +101,17 @@ def _run_git_timeout(args: list[str], cwd: Path, timeout: float) -> tuple[bool, 
     return proc.returncode == 0, detail[-1] if detail else ""
 
 
+def url_answers(root: Path, up: Upstream) -> tuple[bool, str]:
+    """(True, "") if the submodule URL (or its insteadOf mirror) answers within the probe time."""
+    ok, why = _run_git_timeout(["ls-remote", up.url, "HEAD"], root, PROBE_TIMEOUT_S)
+    return ok, "" if ok else f"{up.url} unreachable ({why})"
+
+
 def try_submodule(root: Path, up: Upstream) -> tuple[bool, str]:
     """`git submodule update --init` if the URL (or its insteadOf mirror) answers fast."""
-    ok, why = _run_git_timeout(["ls-remote", up.url, "HEAD"], root, PROBE_TIMEOUT_S)
+    ok, why = url_answers(root, up)
     if not ok:
-        return False, f"{up.url} unreachable ({why})"
+        return False, why
     args = ["submodule", "update", "--init", "--checkout", "--", up.path]
     ok, why = _run_git_timeout(args, root, CLONE_TIMEOUT_S)
     return ok, "" if ok else f"git submodule update failed ({why})"
@@ -195,7 +213,7 @@ def materialise_standin(root: Path, up: Upstream, downloader: Downloader) -> Sou
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
         target.chmod(0o755 if executable else 0o644)
-    spec = f"{standin.package}=={standin.version}"
+    spec = spec_of(standin)
     message = (
         f"Release stand-in: {spec} ({standin.kind}), not a clone\n\n"
         f"This repository is NOT a clone of {up.url}.\n"
@@ -215,15 +233,15 @@ def materialise_standin(root: Path, up: Upstream, downloader: Downloader) -> Sou
     head = git_text(["rev-parse", "HEAD"], repo)
     git(["update-ref", PIN_REF, head], repo)
     git(["config", STANDIN_KEY, spec], repo)
-    return Source(STANDIN, head, f"release stand-in {spec}, NOT a clone of {up.url}")
+    return detect_source(root, up)
 
 
 def ensure_source(root: Path, up: Upstream, downloader: Downloader = pip_download) -> Source:
     """Make sure the checkout exists: submodule first, then the stand-in; else MISSING."""
     source = detect_source(root, up)
     if source.kind == STANDIN:
-        want = f"{up.standin.package}=={up.standin.version}" if up.standin else ""
-        if want and source.detail.startswith(f"release stand-in {want},") and source.pin:
+        want = spec_of(up.standin) if up.standin else ""
+        if want and source.spec == want and source.pin:
             return source
         raise PatchToolError(
             f"{up.path}: stand-in does not match the manifest ({source.detail}; manifest wants "

@@ -12,6 +12,7 @@ from .errors import PatchToolError
 from .git import git_ok, git_text
 from .manifest import Upstream, load_manifest
 from .pins import committed_gitlink, staged_gitlink
+from .proxy import check_series, proxy_name
 from .series import Patch, SeriesEntry, load_series
 from .sources import MISSING, STANDIN, checkout_dir, detect_source
 
@@ -41,6 +42,8 @@ def upstream_status(root: Path, up: Upstream) -> dict[str, object]:
         "source_detail": source.detail,
         "gitlink_staged": staged_gitlink(root, up),
         "gitlink_committed": committed_gitlink(root, up),
+        "proxy": proxy_name(up) if source.proxy else "",
+        "patch_labels": [],
     }
     try:
         series = load_series(root / up.series_dir)
@@ -61,6 +64,11 @@ def upstream_status(root: Path, up: Upstream) -> dict[str, object]:
         series_digest(up, root / up.series_dir, series) if row["patches_total"] is not None else ""
     )
     expected = bool(current) and digest == current and head == applied_ref and ref == BRANCH_REF
+    if source.proxy and source.pin and series:
+        # On a proxy only the patches that apply there are on the branch; each is labelled.
+        checks = check_series(repo, source.pin, series)
+        row["patch_labels"] = [c.as_dict() for c in checks]
+        series = [pair for pair, c in zip(series, checks, strict=True) if c.applies]
     applied = (
         len(series) if expected else _applied_count(repo, source.pin, series) if source.pin else 0
     )
@@ -98,6 +106,8 @@ def _human(row: dict[str, object]) -> str:
     ]
     if row["dirty_files"]:
         lines.append("  uncommitted: " + ", ".join(str(f)[3:] for f in row["dirty_files"]))  # type: ignore[union-attr]
+    for label in row["patch_labels"]:  # type: ignore[union-attr]
+        lines.append(f"  {label['patch']}: {label['label']} [{row['proxy']}]")
     return "\n".join(lines)
 
 

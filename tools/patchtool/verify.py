@@ -31,6 +31,7 @@ from .command import Command, root_of
 from .errors import GitError, PatchToolError
 from .git import git, git_ok
 from .manifest import Upstream, load_manifest
+from .proxy import check_series, proxy_name
 from .rebase import TripwireHook
 from .series import Patch, load_series
 from .sources import MISSING, STANDIN, Source, checkout_dir, detect_source
