@@ -1,7 +1,11 @@
-"""`pin --follow`: a three-level chain of nested submodules on generated repos."""
+"""`pin --follow`: a three-level chain of nested submodules on generated repos.
+
+Lib has a release stand-in (tags `v{version}`), so moving it also sets or clears its proxy.
+"""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -16,15 +20,30 @@ from tests.tools.repos import (
     trailers,
     tree_state,
 )
+from tests.tools.sandbox import sdist_downloader
 from tools.patchtool.check_pins import check_pins
 from tools.patchtool.cli import main
 from tools.patchtool.errors import PatchToolError
+from tools.patchtool.manifest import Standin, load_manifest
 from tools.patchtool.pin import run_pin
 
 
 @pytest.fixture(autouse=True)
 def _isolated_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     isolate_git(monkeypatch, tmp_path)
+
+
+LIB_STANDIN = """[Lib.standin]
+kind = "sdist"
+package = "lib"
+tag_format = "v{version}"
+version = "1"
+proxy = false
+
+[Lib.standin.paths]
+"lib.py" = "lib.py"
+
+"""
 
 
 def nest(repo: Path, path: str, url: Path, sha: str, message: str) -> str:
@@ -78,6 +97,8 @@ def chain(tmp_path: Path) -> dict[str, object]:
     text = ""
     for name, (url, sha, tag) in pins.items():
         text += f'[{name}]\npath = "3rdparty/{name}"\nurl = "{url}"\ntag = "{tag}"\ncommit = "{sha}"\n\n'
+        if name == "Lib":
+            text += LIB_STANDIN
         run(["clone", "-q", str(url), str(root / "3rdparty" / name)], root)
         run(["checkout", "-q", "--detach", sha], root / "3rdparty" / name)
     (root / "patches/upstreams.toml").write_text(text)
@@ -145,3 +166,130 @@ def test_pin_one_upstream_reports_incoherence(
     out = capsys.readouterr().out
     assert gitlink(root, "Lib") == chain["L2"] and gitlink(root, "Mid") == chain["M1"]
     assert "incoherent: Mid@" in out and "ours-ahead" in out
+
+
+def standin_of(root: Path, name: str) -> Standin | None:
+    return load_manifest(root).upstreams[name].standin
+
+
+def test_follow_to_a_non_release_sets_the_nearest_release_as_proxy(
+    chain: dict[str, object], capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = chain["root"]
+    assert isinstance(root, Path)
+    assert main(["--root", str(root), "pin", "--follow", "Top", str(chain["T2"])]) == 0
+    assert "Lib offline stand-in: lib 1 as PROXY (proxy = true)" in capsys.readouterr().out
+    standin = standin_of(root, "Lib")
+    assert standin is not None and (standin.version, standin.proxy) == ("1", True)
+    l2 = str(chain["L2"])[:12]
+    assert standin.basis == (
+        f"nearest release to {l2} by content under lib.py: 1: 1 files differ (1 changed, "
+        "0 only in the pin, 0 only in the release; tag v1)"
+    )
+    report = next((root / "docs/rebases").glob("Lib-*.md")).read_text()
+    assert "## Offline stand-in" in report and "as PROXY" in report
+
+
+def test_pin_back_to_a_release_clears_the_proxy(chain: dict[str, object]) -> None:
+    root = chain["root"]
+    assert isinstance(root, Path)
+    run_pin(root, "Lib", str(chain["L2"]), follow=False)
+    assert "proxy_basis" in (root / "patches/upstreams.toml").read_text()
+    run_pin(root, "Lib", "v1", follow=False)
+    standin = standin_of(root, "Lib")
+    assert standin is not None and (standin.version, standin.proxy, standin.basis) == (
+        "1",
+        False,
+        "",
+    )
+    text = (root / "patches/upstreams.toml").read_text()
+    assert 'tag = "v1"' in text and "proxy_basis" not in text and "proxy = false" in text
+
+
+def test_release_given_as_a_commit_is_recognised_by_its_tag(chain: dict[str, object]) -> None:
+    root = chain["root"]
+    assert isinstance(root, Path)
+    run(["tag", "v2", str(chain["L2"])], root / "3rdparty/Lib")
+    manifest = root / "patches/upstreams.toml"
+    manifest.write_text(manifest.read_text().replace("proxy = false", "proxy = true"))
+    run_pin(root, "Lib", str(chain["L2"]), follow=False)
+    standin = standin_of(root, "Lib")
+    assert standin is not None and (standin.version, standin.proxy) == ("2", False)
+    assert 'tag = "v2"' in (root / "patches/upstreams.toml").read_text()
+
+
+def test_proxy_candidates_are_measured_against_their_archives(chain: dict[str, object]) -> None:
+    root = chain["root"]
+    assert isinstance(root, Path)
+    l2_text = run(["show", f"{chain['L2']}:lib.py"], root / "3rdparty/Lib") + "\n"
+    contents = {"1": "\n".join(numbered(30)) + "\n", "2": l2_text}
+    asked: list[str] = []
+
+    def download(standin: Standin, cache: Path) -> Path:
+        asked.append(standin.version)
+        return sdist_downloader({"lib.py": contents[standin.version]}, f"lib-{standin.version}")(
+            standin, cache
+        )
+
+    run_pin(
+        root,
+        "Lib",
+        str(chain["L2"]),
+        follow=False,
+        proxies={"Lib": ["1", "2"]},
+        downloader=download,
+    )
+    standin = standin_of(root, "Lib")
+    assert asked == ["1", "2"]
+    assert standin is not None and (standin.version, standin.proxy) == ("2", True)
+    assert standin.basis.endswith(
+        "2: 0 files differ (0 changed, 0 only in the pin, 0 only in the release; archive "
+        "lib-2.tar.gz); next: 1: 1 files differ (1 changed, 0 only in the pin, 0 only in the "
+        "release; archive lib-1.tar.gz)"
+    )
+
+
+def test_no_release_to_measure_is_a_clear_error_and_changes_nothing(
+    chain: dict[str, object],
+) -> None:
+    root = chain["root"]
+    assert isinstance(root, Path)
+    manifest = root / "patches/upstreams.toml"
+    manifest.write_text(
+        manifest.read_text() + LIB_STANDIN.replace("Lib", "Mid").replace('"lib.py"', '"mid.py"')
+    )
+    run(["commit", "-q", "-am", "Mid stand-in"], root)
+    before = tree_state(root)
+    with pytest.raises(PatchToolError, match=r"Mid: no release tag .* --proxy Mid=X\.Y\.Z"):
+        run_pin(root, "Top", str(chain["T2"]), follow=True)
+    assert tree_state(root) == before
+
+
+def test_follow_refuses_gitmodules_entry_without_gitlink(chain: dict[str, object]) -> None:
+    root = chain["root"]
+    assert isinstance(root, Path)
+    mid, top = root.parent / "mid", root.parent / "top"
+    run(["checkout", "-q", str(chain["M1"])], mid)
+    run(["rm", "-q", "--cached", "3rdparty/Lib"], mid)  # .gitmodules still names it
+    run(["commit", "-q", "-m", "M5 gitlink gone"], mid)
+    m5 = run(["rev-parse", "HEAD"], mid)
+    t5 = nest(top, "3rdparty/Mid-workspace/Mid", mid, m5, "T5")
+    for name in ("Mid", "Top"):
+        run(["fetch", "-q", "origin"], root / "3rdparty" / name)
+    before = tree_state(root)
+    with pytest.raises(PatchToolError, match=r"Mid@\w+ nests none of Lib .*nothing was changed"):
+        run_pin(root, "Top", t5, follow=True)
+    assert tree_state(root) == before
+
+
+def test_follow_refuses_when_a_chain_upstream_has_no_history_here(
+    chain: dict[str, object],
+) -> None:
+    root = chain["root"]
+    assert isinstance(root, Path)
+    shutil.rmtree(root / "3rdparty/Lib")
+    (root.parent / "lib").rename(root.parent / "lib-gone")
+    before = tree_state(root)
+    with pytest.raises(PatchToolError, match=r"Lib: cannot find \w+ .*nothing was changed"):
+        run_pin(root, "Top", str(chain["T2"]), follow=True)
+    assert tree_state(root) == before
