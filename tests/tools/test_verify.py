@@ -8,7 +8,8 @@ from pathlib import Path
 from tests.tools.sandbox import Sandbox, run, write
 from tools.patchtool.apply import apply_upstream
 from tools.patchtool.manifest import load_manifest
-from tools.patchtool.verify import NOT_RUN, render_table, verify_upstream
+from tools.patchtool.series import parse_patch
+from tools.patchtool.verify import NOT_RUN, render_table, tripwire_hook, verify_upstream
 
 TRIP = (
     "from pathlib import Path\n\n\n"
@@ -70,3 +71,35 @@ def test_missing_upstream_is_reported_not_verified(sandbox: Sandbox) -> None:
         ("missing", "not verified here", NOT_RUN)
     ]
     assert "insteadOf" in proofs[0].detail
+
+
+def test_tripwire_hook_runs_the_tests_on_the_new_base_tree(sandbox: Sandbox) -> None:
+    """The rebase evidence hook: tests see the (sparse) scratch tree through PATCHTOOL_TREE_UP."""
+    trip = (
+        "import os\nfrom pathlib import Path\n\n\n"
+        "def test_trip():\n"
+        "    tree = Path(os.environ.get('PATCHTOOL_TREE_UP', 'missing'))\n"
+        "    assert (tree / 'mod.py').read_text() == 'VALUE = 2\\n'\n"
+    )
+    repo, pin = sandbox.upstream("Up", {"mod.py": "VALUE = 2\n", "pkg/other.py": "x = 1\n"})
+    patch = sandbox.make_patch(
+        repo, pin, {"pkg/other.py": "x = 2\n"}, "Fix", _trailers("test_trip")
+    )
+    sandbox.add("Up", str(repo), pin)
+    write(sandbox.root, {"tests/test_trip.py": trip})
+    sandbox.set_series("Up", {"fix.patch": patch})
+    scratch = sandbox.tmp / "scratch"
+    run(sandbox.tmp, "clone", "-q", "--no-checkout", str(repo), str(scratch))
+    run(scratch, "config", "core.sparseCheckout", "true")
+    (scratch / ".git/info/sparse-checkout").write_text("/pkg/other.py\n")
+    run(scratch, "checkout", "-q", pin)
+    assert not (scratch / "mod.py").exists()  # sparse: the hook must rebuild the whole tree
+    hook = tripwire_hook(sandbox.root, "Up", Path(sys.executable))
+    parsed = parse_patch(sandbox.root / "patches/Up/fix.patch")
+    assert hook("fix.patch", parsed, scratch) is True
+    run(scratch, "commit", "-q", "--allow-empty", "-m", "noop")
+    (sandbox.tmp / "upstreams/Up/mod.py").write_text("VALUE = 1\n")
+    run(sandbox.tmp / "upstreams/Up", "commit", "-qam", "regress")
+    run(scratch, "fetch", "-q", "origin")
+    run(scratch, "checkout", "-q", "FETCH_HEAD")
+    assert hook("fix.patch", parsed, scratch) is False

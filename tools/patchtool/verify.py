@@ -15,10 +15,13 @@ accepted by --allow-missing).
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -234,14 +237,43 @@ def tree_env(upstream: str, tree: Path) -> dict[str, str]:
     return {"PYTHONPATH": os.pathsep.join(p for p in paths if p), var: str(tree)}
 
 
+def full_tree(scratch: Path, dest: Path) -> Path:
+    """Scratch HEAD's whole tree in `dest` (the scratch work tree is sparse).
+
+    Blobs absent from a partial mirror (large files) are left out; the sparse work tree's own
+    files are laid over the top, since they are what the rebase is looking at.
+    """
+    listing = git(["ls-tree", "-r", "-z", "--format=%(objectname) %(path)", "HEAD"], scratch)
+    entries = [e.split(" ", 1) for e in str(listing).split("\0") if e]
+    check = git(
+        ["cat-file", "--batch-check=%(objectname) %(objecttype)"],
+        scratch,
+        input="".join(f"{sha}\n" for sha, _ in entries),
+    )
+    present = {line.split(" ")[0] for line in str(check).splitlines() if line.endswith(" blob")}
+    paths = [path for sha, path in entries if sha in present]
+    archive = git(["archive", "--format=tar", "HEAD", "--", *paths], scratch, binary=True)
+    assert isinstance(archive, bytes)
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(dest, filter="data")
+    for rel in git(["ls-files", "-z"], scratch).split("\0"):  # type: ignore[union-attr]
+        if rel and (scratch / rel).is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(scratch / rel, dest / rel)
+    return dest
+
+
 def tripwire_hook(root: Path, upstream: str, python: Path) -> TripwireHook:
     """A rebase evidence hook: True when the patch's tests pass on the new base without it."""
 
-    def hook(name: str, patch: Patch, tree: Path) -> bool | None:
+    def hook(name: str, patch: Patch, scratch: Path) -> bool | None:
         nodes = patch.trailer_values("Test")
         if not nodes:
             return None
-        outcome, _ = _combine(run_pytest(root, python, nodes, tree_env(upstream, tree)), nodes)
+        with tempfile.TemporaryDirectory(prefix="patchtool-tripwire-") as tmp:
+            tree = full_tree(scratch, Path(tmp))
+            outcomes = run_pytest(root, python, nodes, tree_env(upstream, tree))
+        outcome, _ = _combine(outcomes, nodes)
         return None if outcome == SKIPPED else outcome == PASSED
 
     return hook
