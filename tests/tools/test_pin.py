@@ -186,6 +186,8 @@ def test_follow_to_a_non_release_sets_the_nearest_release_as_proxy(
         f"nearest release to {l2} by content under lib.py: 1: 1 files differ (1 changed, "
         "0 only in the pin, 0 only in the release; tag v1)"
     )
+    text = (root / "patches/upstreams.toml").read_text()
+    assert 'version = "1"\nproxy = true\nproxy_basis = "nearest release to ' in text
     report = next((root / "docs/rebases").glob("Lib-*.md")).read_text()
     assert "## Offline stand-in" in report and "as PROXY" in report
 

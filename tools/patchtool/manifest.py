@@ -198,7 +198,7 @@ def set_pin(
     out: list[str] = []
     section = ""
     done: set[str] = set()
-    version_at = -1
+    anchor = -1
     for line in text.splitlines(keepends=True):
         header = re.match(r'^\[\s*"?([^\]"]+?)"?\s*\]', line)
         if header:
@@ -215,18 +215,18 @@ def set_pin(
             if value is not None:
                 eol = "\n" if line.endswith("\n") else ""
                 line = f"{key.group(1)}{key.group(2)}{key.group(3)}{_toml_value(value)}{eol}"
-            if key.group(2) == "version":
-                version_at = len(out)
+            if key.group(2) in ("version", "proxy"):
+                anchor = len(out)  # new stand-in lines go after `version`, or `proxy` if any
         out.append(line)
     if not {"tag", "commit"} <= done:
         raise PatchToolError(f"{MANIFEST_PATH}: [{name}] has no tag/commit lines to update")
-    if version_at >= 0:
+    if anchor >= 0:
         extra = [
             f"{k} = {_toml_value(v)}\n"
             for k, v in (("proxy", proxy), ("proxy_basis", basis))
             if v not in (None, "") and k not in done
         ]
-        out[version_at + 1 : version_at + 1] = extra
+        out[anchor + 1 : anchor + 1] = extra
     return "".join(out)
 
 
