@@ -181,3 +181,16 @@ def test_branch_with_foreign_commits_is_kept(sandbox: Sandbox) -> None:
     outcome = apply_upstream(sandbox.root, up, force=True)
     assert f"patched-before-{mine[:12]}" in outcome.message
     assert run(checkout, "rev-parse", f"patched-before-{mine[:12]}") == mine
+
+
+def test_am_in_progress_is_refused_and_left_alone(sandbox: Sandbox) -> None:
+    _, _, patches = _setup(sandbox)
+    sandbox.set_series("Up", patches)
+    checkout = sandbox.root / "3rdparty/Up"
+    state = Path(run(checkout, "rev-parse", "--absolute-git-dir")) / "rebase-apply"
+    state.mkdir()
+    (state / "next").write_text("1\n")
+    up = load_manifest(sandbox.root).upstreams["Up"]
+    with pytest.raises(PatchToolError, match="in progress"):
+        apply_upstream(sandbox.root, up)
+    assert (state / "next").read_text() == "1\n"

@@ -230,11 +230,24 @@ def run_am(repo: Path, up: Upstream, series_dir: Path, series: Series, pin: str)
             ) from exc
 
 
+def refuse_in_progress(repo: Path, up: Upstream) -> None:
+    """A `git am` or rebase someone left in the checkout is their work: never abort it for them."""
+    for name in ("rebase-apply", "rebase-merge"):
+        state = Path(git_text(["rev-parse", "--git-path", name], repo))
+        if (state if state.is_absolute() else repo / state).exists():
+            raise PatchToolError(
+                f"{up.path}: a git am/rebase is in progress ({name}); finish it or abort it "
+                f"(`git -C {up.path} am --abort` / `rebase --abort`), then re-run apply"
+            )
+
+
 def _restore(repo: Path, ref: str, head: str, refs: dict[str, str], stash: str) -> None:
     """Put HEAD, refs, index, worktree (and stashed changes) back as they were."""
     am_dir = repo / git_text(["rev-parse", "--git-path", "rebase-apply"], repo)
     if am_dir.exists():
         git(["am", "--abort"], repo, check=False)
+    if am_dir.exists():  # --abort can fail (e.g. blobs a partial mirror lacks); the state is ours
+        shutil.rmtree(am_dir)
     for name, value in refs.items():
         if value:
             git(["update-ref", name, value], repo)
@@ -312,6 +325,7 @@ def apply_upstream(
         series = [pair for pair, check in zip(series, checks, strict=True) if check.applies]
     elif source.kind == STANDIN:
         check_preimages(repo, source.pin, up, series)
+    refuse_in_progress(repo, up)
     saved = guard_branch(repo, up, source.pin, force)
     stash = refuse_or_stash(repo, up, force, "apply")
     ref, head = _head(repo)
