@@ -295,3 +295,23 @@ def test_follow_refuses_when_a_chain_upstream_has_no_history_here(
     with pytest.raises(PatchToolError, match=r"Lib: cannot find \w+ .*nothing was changed"):
         run_pin(root, "Top", str(chain["T2"]), follow=True)
     assert tree_state(root) == before
+
+
+def test_already_pinned_upstream_gets_an_inconsistent_standin_fixed(
+    chain: dict[str, object],
+) -> None:
+    root = chain["root"]
+    assert isinstance(root, Path)
+    manifest = root / "patches/upstreams.toml"
+    run_pin(root, "Lib", str(chain["L2"]), follow=False)
+    # As `rebase --to <commit>` leaves it: non-release pin, stand-in still claims the release.
+    text = manifest.read_text()
+    manifest.write_text(text.replace("proxy = true", "proxy = false"))
+    run_pin(root, "Top", str(chain["T2"]), follow=True)
+    standin = standin_of(root, "Lib")
+    assert standin is not None and (standin.version, standin.proxy) == ("1", True)
+    # A proxy chosen earlier (e.g. from archives) is kept when nothing names candidates.
+    manifest.write_text(manifest.read_text().replace('version = "1"', 'version = "7"'))
+    before = manifest.read_text()
+    run_pin(root, "Top", str(chain["T2"]), follow=True)
+    assert manifest.read_text() == before

@@ -141,18 +141,34 @@ class Planned:
 def plan_standin(
     root: Path, p: Planned, candidates: list[str], downloader: Downloader
 ) -> StandinMove | None:
-    """Release -> its own stand-in; other commit -> nearest release as proxy (measured)."""
+    """Release -> its own stand-in; other commit -> nearest release as proxy (measured).
+
+    An upstream already at its pin (e.g. moved by `rebase`, which does not choose proxies)
+    gets its stand-in fields checked too; None when there is nothing to change.
+    """
     up = p.move.upstream
-    if up.standin is None or p.result is None or p.scratch is None:
+    if up.standin is None:
         return None
-    tag_repos = [*history_repos(root, up), p.scratch]
-    version = version_for_tag(up.standin, p.result.new.tag) if p.result.new.tag else ""
+    repos = history_repos(root, up)
+    if p.result is None:
+        if not repos:
+            return None
+        work, tag = repos[0], up.tag
+    else:
+        assert p.scratch is not None
+        work, tag = p.scratch, p.result.new.tag
+    tag_repos = [*repos, work]
+    version = version_for_tag(up.standin, tag) if tag else ""
     version = version or release_at(tag_repos, up, p.move.commit)
-    if version:
-        return StandinMove(version, False, "", p.result.new.tag or tag_of(up, version))
-    version, basis = choose_proxy(
-        root, up, p.scratch, p.move.commit, candidates, downloader, tag_repos
+    # Already pinned: only an inconsistent stand-in is fixed; a chosen proxy is kept.
+    consistent = (up.standin.version, up.standin.proxy) == (version, False) or (
+        not version and up.standin.proxy
     )
+    if p.result is None and not candidates and consistent:
+        return None
+    if version:
+        return StandinMove(version, False, "", tag or tag_of(up, version))
+    version, basis = choose_proxy(root, up, work, p.move.commit, candidates, downloader, tag_repos)
     return StandinMove(version, True, basis, "")
 
 
@@ -233,6 +249,10 @@ def run_pin(
     written: list[str] = []
     for p in planned:
         if p.result is None:
+            if p.standin is not None and not conflicts and not dry_run:
+                up = p.move.upstream
+                set_standin(root, up, p.move.commit, p.standin.tag or up.tag, p.standin)
+                written.append(MANIFEST_PATH.as_posix())
             continue
         up = p.move.upstream
         command = ["tools/patches", "pin", *(["--follow"] if follow else []), upstream, ref]
@@ -322,6 +342,8 @@ def _run(args: argparse.Namespace) -> int:
         name = p.move.upstream.name
         if p.result is None:
             print(f"{name}: already at {short(p.move.commit)} ({p.move.reason})")
+            if p.standin is not None:
+                print(f"{name} offline stand-in: {p.standin.text(p.move.upstream)}")
             continue
         print(f"{name} -> {short(p.move.commit)} ({p.move.reason})")
         print(table(p.result))
