@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 
 import pytest
 import torch.distributed as dist
 
-
-def free_port() -> int:
-    """An unused localhost TCP port for a gloo rendezvous."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.support.ports import free_port
 
 
 @pytest.fixture(scope="session")

@@ -48,7 +48,7 @@ def test_megatron_ddp_distributed_optimizer_adam_on_cpu(world1: None) -> None:
     Tolerance 1e-4, not 1e-6: Adam normalises each gradient by its own magnitude, so float
     noise in the (mathematically zero) attention key-bias gradients becomes a visible update;
     1e-6 parity is checked with adam_eps=1 in test_train_step.py."""
-    from harness import global_batch, param_diff, reference_step, tiny_config
+    from tests.integration.harness import global_batch, param_diff, reference_step, tiny_config
     from mcore_grpo.model import sync_params
     from mcore_grpo.worker import MegatronPolicyWorker
 

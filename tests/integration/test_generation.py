@@ -7,12 +7,13 @@ import dataclasses
 
 import pytest
 import torch
-from harness import VOCAB, prompts, tiny_config
 from mcore_grpo.config import ModelConfig
 from mcore_grpo.cpu import cpu_device
 from mcore_grpo.forward import policy_logits
 from mcore_grpo.generation import SamplingParams
 from mcore_grpo.worker import MegatronPolicyWorker
+
+from tests.integration.harness import VOCAB, prompts, tiny_config
 
 REAL = VOCAB - 8
 

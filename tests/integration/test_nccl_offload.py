@@ -16,13 +16,14 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import socket
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support.ports import free_port
 
 WORLD_SIZE = 2
 SPAWN_TIMEOUT_S = 600
@@ -32,12 +33,6 @@ CYCLE_MODES = ("manual", "manual", "official")  # three destroy -> reload cycles
 def _not_gloo_helper(name: str, group: Any) -> bool:
     """Gloo stand-in for NCCL: every group but Megatron's `*_GLOO` helper groups."""
     return not name.endswith("_GLOO")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _all_reduce_sum(group: Any, value: float) -> float:
@@ -208,7 +203,7 @@ def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     """Spawn the 2 ranks once for the module; their per-scenario records."""
     out_dir = tmp_path_factory.mktemp("nccl_offload")
     ctx = multiprocessing.get_context("spawn")
-    port = _free_port()
+    port = free_port()
     procs = [ctx.Process(target=_rank_main, args=(r, port, str(out_dir))) for r in range(2)]
     for proc in procs:
         proc.start()

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from harness import global_batch, tiny_config
 from mcore_grpo.cpu import cpu_device
 from mcore_grpo.model import sync_params
 from mcore_grpo.worker import MegatronPolicyWorker
+
+from tests.integration.harness import global_batch, tiny_config
 
 
 def test_offload_onload_outputs_identical_and_bytes_reported(world1: None) -> None:

@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 import torch
-from harness import global_batch, prompts, tiny_config
 from mcore_grpo.generation import SamplingParams
 from mcore_grpo.phase_guard import Phase, PhaseGuard
 from mcore_grpo.worker import MegatronPolicyWorker
+
+from tests.integration.harness import global_batch, prompts, tiny_config
 
 T, LP, GEN, OFF = Phase.TRAINING, Phase.LOGPROB_INFERENCE, Phase.GENERATION, Phase.OFFLOADED
 

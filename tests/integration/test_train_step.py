@@ -7,7 +7,12 @@ import itertools
 
 import pytest
 import torch
-from harness import (
+from mcore_grpo.comm_volume import count_gradient_reductions
+from mcore_grpo.cpu import cpu_device
+from mcore_grpo.model import sync_params
+from mcore_grpo.worker import MegatronPolicyWorker
+
+from tests.integration.harness import (
     global_batch,
     local_grad_diff,
     param_diff,
@@ -16,10 +21,7 @@ from harness import (
     spawn2,
     tiny_config,
 )
-from mcore_grpo.comm_volume import count_gradient_reductions
-from mcore_grpo.cpu import cpu_device
-from mcore_grpo.model import sync_params
-from mcore_grpo.worker import MegatronPolicyWorker
+from tests.support.ports import free_port
 
 TOL = 1e-6
 
@@ -97,7 +99,6 @@ def dp2_scenarios() -> dict[str, object]:
 
 @pytest.fixture(scope="module")
 def dp2() -> dict[int, dict[str, object]]:
-    from conftest import free_port
 
     return spawn2(dp2_scenarios, free_port())
 

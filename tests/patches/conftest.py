@@ -8,17 +8,12 @@ needing it) make them run. They are active only inside the fixture and only with
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 
 import pytest
 import torch
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.support.ports import free_port
 
 
 @pytest.fixture(scope="session")
@@ -34,7 +29,7 @@ def mcore_parallel() -> Iterator[None]:
     created_pg = False
     if not dist.is_initialized():
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+        os.environ.setdefault("MASTER_PORT", str(free_port()))
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         dist.init_process_group(backend=backend, rank=0, world_size=1)
         created_pg = True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -457,6 +458,27 @@ def _pypi_reachable() -> bool:
     return True
 
 
+def _superproject_rev_pinned_at(tag: str) -> str | None:
+    """The last commit of this repository whose manifest pinned Megatron-LM at `tag`."""
+    log = subprocess.run(
+        ["git", "log", "--format=%H", "-S", f'tag = "{tag}"', "--", "patches/upstreams.toml"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.split()
+    if not log:
+        return None
+    manifest = subprocess.run(
+        ["git", "show", f"{log[0]}:patches/upstreams.toml"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    return log[0] if f'tag = "{tag}"' in manifest else f"{log[0]}^"
+
+
 @pytest.mark.slow
 def test_real_megatron_series_onto_core_0_17_0_standin(tmp_path: Path) -> None:
     """DDP still needed; unified-memory and tokenizer found upstreamed (#3390, core 0.17.0).
@@ -468,18 +490,23 @@ def test_real_megatron_series_onto_core_0_17_0_standin(tmp_path: Path) -> None:
     from tools.patchtool.rebase import KEPT
     from tools.patchtool.series import parse_patch, read_series
 
-    series_dir = REPO_ROOT / "patches/Megatron-LM"
-    entries = read_series(series_dir / "series")
-    if not entries:
+    root = tmp_path / "root"
+    rev = _superproject_rev_pinned_at("core_v0.16.1")
+    if rev is None:
         pytest.skip(
-            "patches/Megatron-LM/series is empty: the Megatron-LM patches are not written yet"
+            "no commit of this repository pins Megatron-LM at core_v0.16.1 (shallow clone?)"
         )
+    root.mkdir()
+    archive = subprocess.run(
+        ["git", "archive", rev, "patches"], cwd=REPO_ROOT, capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "x", "-C", str(root)], input=archive, check=True)
+    series_dir = root / "patches/Megatron-LM"
+    entries = read_series(series_dir / "series")
     cache = REPO_ROOT / ".cache/standins"
     have = all((cache / f"megatron-core-{v}").is_dir() for v in ("0.16.1", "0.17.0"))
     if not have and not _pypi_reachable():
         pytest.skip("pypi.org unreachable and no cached megatron-core 0.16.1/0.17.0 archives")
-    root = tmp_path / "root"
-    shutil.copytree(REPO_ROOT / "patches", root / "patches")
     cache.mkdir(parents=True, exist_ok=True)
     (root / ".cache").symlink_to(REPO_ROOT / ".cache")  # share downloaded archives
     result, report, written = run_rebase(

@@ -112,6 +112,8 @@ def test_real_megatron_core_standin_from_pypi(sandbox: Sandbox) -> None:
     if not _pypi_reachable():
         pytest.skip("pypi.org:443 unreachable: the real stand-in download cannot run here")
     real = load_manifest(REPO_ROOT).upstreams["Megatron-LM"]
+    assert real.standin is not None
+    version = real.standin.version
     sandbox.add(
         "Megatron-LM",
         "https://invalid.example/NVIDIA/Megatron-LM.git",
@@ -125,10 +127,12 @@ def test_real_megatron_core_standin_from_pypi(sandbox: Sandbox) -> None:
     checkout = sandbox.root / "3rdparty/Megatron-LM"
     assert (checkout / "megatron/core/distributed/distributed_data_parallel.py").is_file()
     assert (checkout / "pyproject.toml").is_file()
-    assert "megatron-core==0.16.1" in run(
+    assert f"megatron-core=={version}" in run(
         checkout, "log", "-1", "--format=%B", "refs/patchtool/pin"
     )
-    assert len(list((sandbox.root / ".cache/standins/megatron-core-0.16.1").glob("*.tar.gz"))) == 1
+    assert (
+        len(list((sandbox.root / f".cache/standins/megatron-core-{version}").glob("*.tar.gz"))) == 1
+    )
 
 
 def test_synced_venv_imports_megatron_core_from_the_checkout() -> None:

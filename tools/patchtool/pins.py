@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 from .git import git_text
-from .manifest import Upstream
+from .manifest import MANIFEST_PATH, Upstream
 
 
 def staged_gitlink(root: Path, up: Upstream) -> str:
@@ -30,6 +31,17 @@ def committed_gitlink(root: Path, up: Upstream) -> str:
     return ""
 
 
+def committed_pin(root: Path, up: Upstream) -> str:
+    """The pin of `up` in HEAD's manifest ('' if HEAD has none): a pin move being committed
+    compares the staged gitlink with the staged manifest and HEAD's with HEAD's."""
+    text = git_text(["show", f"HEAD:{MANIFEST_PATH.as_posix()}"], root, check=False)
+    try:
+        table = tomllib.loads(text).get(up.name, {}) if text else {}
+    except tomllib.TOMLDecodeError:
+        return ""
+    return str(table.get("commit", "")) if isinstance(table, dict) else ""
+
+
 def gitlink_problems(root: Path, up: Upstream) -> list[str]:
     """Why the staged or committed gitlink of `up` is not the manifest pin (empty if fine)."""
     problems: list[str] = []
@@ -40,10 +52,10 @@ def gitlink_problems(root: Path, up: Upstream) -> list[str]:
             f"staged gitlink {up.path} is {staged[:12] or 'absent'}, manifest pins "
             f"{up.commit[:12]}: unstage it (git restore --staged {up.path}); {fix}"
         )
-    committed = committed_gitlink(root, up)
-    if committed and committed != up.commit:
+    committed, pinned = committed_gitlink(root, up), committed_pin(root, up)
+    if committed and pinned and committed != pinned:
         problems.append(
-            f"committed gitlink {up.path} in HEAD is {committed[:12]}, manifest pins "
-            f"{up.commit[:12]}: amend the commit to restore it; {fix}"
+            f"committed gitlink {up.path} in HEAD is {committed[:12]}, HEAD's manifest pins "
+            f"{pinned[:12]}: amend the commit to restore it; {fix}"
         )
     return problems

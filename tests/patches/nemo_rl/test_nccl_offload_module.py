@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.ports import free_port
+
 pytestmark = pytest.mark.nemo_rl
 
 _SCRIPT = r"""
@@ -40,18 +42,10 @@ print(json.dumps({"file": mod.__file__, "cycles": cycles}))
 """
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_nemo_rl_nccl_offload_module_cycles(nemo_rl_on_path: Path) -> None:
     script = f"import sys; sys.path.insert(0, {str(nemo_rl_on_path)!r})\n" + _SCRIPT
     proc = subprocess.run(
-        [sys.executable, "-c", script, str(_free_port())],
+        [sys.executable, "-c", script, str(free_port())],
         capture_output=True,
         text=True,
         timeout=600,

@@ -27,7 +27,8 @@ from typing import Any
 
 import pytest
 import torch
-from heavy_import_stubs import stubbed_imports
+
+from tests.patches.nemo_rl.heavy_import_stubs import stubbed_imports
 
 pytestmark = pytest.mark.nemo_rl
 

@@ -1,0 +1,1 @@
+"""The test suites: tools, patch tripwires, integration."""
