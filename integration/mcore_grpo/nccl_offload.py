@@ -42,6 +42,7 @@ _SNAPSHOT_GETTERS: dict[str, str] = {
     "expert_tensor_parallel_size": "get_expert_tensor_parallel_world_size",
 }
 _VIRTUAL_PP_GETTER = "get_virtual_pipeline_model_parallel_world_size"
+_VIRTUAL_PP_KEY = "virtual_pipeline_model_parallel_size"
 
 
 class NcclOffloadError(RuntimeError):
@@ -115,7 +116,7 @@ def _parallel_config_snapshot() -> dict[str, int]:
         snapshot[key] = int(getattr(parallel_state, getter)())
     virtual_pp = getattr(parallel_state, _VIRTUAL_PP_GETTER)()
     if virtual_pp is not None:
-        snapshot["virtual_pipeline_model_parallel_size"] = int(virtual_pp)
+        snapshot[_VIRTUAL_PP_KEY] = int(virtual_pp)
     return snapshot
 
 
@@ -197,7 +198,8 @@ def reload_megatron_nccl_groups(snapshot: Mapping[str, int]) -> None:
 
     Raises:
         ValueError: the snapshot is empty (the destroy ran while nothing was
-            initialised, so there is no configuration to rebuild).
+            initialised, so there is no configuration to rebuild), or its keys
+            are not those of a destroy snapshot.
         NcclOffloadError: Megatron is initialised with a different configuration.
     """
     if not snapshot:
@@ -207,6 +209,15 @@ def reload_megatron_nccl_groups(snapshot: Mapping[str, int]) -> None:
             "state was not initialised, so there is no configuration to rebuild; "
             "call parallel_state.initialize_model_parallel(...) instead."
         )
+    missing = sorted(set(_SNAPSHOT_GETTERS) - set(snapshot))
+    unknown = sorted(set(snapshot) - set(_SNAPSHOT_GETTERS) - {_VIRTUAL_PP_KEY})
+    if missing or unknown:
+        raise ValueError(
+            f"reload_megatron_nccl_groups: snapshot lacks {missing} and has unknown "
+            f"keys {unknown}; a destroy snapshot records {sorted(_SNAPSHOT_GETTERS)} "
+            f"and optionally {_VIRTUAL_PP_KEY!r}: pass NcclOffloadResult.snapshot "
+            "unchanged."
+        )
     if parallel_state.model_parallel_is_initialized():
         current = _parallel_config_snapshot()
         if current == dict(snapshot):
@@ -215,5 +226,13 @@ def reload_megatron_nccl_groups(snapshot: Mapping[str, int]) -> None:
             "reload_megatron_nccl_groups: Megatron is already initialised with "
             f"{current}, not the snapshot {dict(snapshot)}; destroy it first."
         )
-    parallel_state.initialize_model_parallel(**snapshot)
+    # Keyword by keyword (not **snapshot): each value reaches the parameter of its type.
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=snapshot["tensor_model_parallel_size"],
+        pipeline_model_parallel_size=snapshot["pipeline_model_parallel_size"],
+        virtual_pipeline_model_parallel_size=snapshot.get(_VIRTUAL_PP_KEY),
+        context_parallel_size=snapshot["context_parallel_size"],
+        expert_model_parallel_size=snapshot["expert_model_parallel_size"],
+        expert_tensor_parallel_size=snapshot["expert_tensor_parallel_size"],
+    )
     dist.barrier()

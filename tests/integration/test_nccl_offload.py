@@ -302,3 +302,30 @@ def test_empty_snapshot_is_a_clear_error(ranks: list[dict[str, Any]]):
         assert record["empty_snapshot_error"] is not None
         assert "empty snapshot" in record["empty_snapshot_error"]
         assert "initialize_model_parallel" in record["empty_snapshot_error"]
+
+
+@pytest.mark.parametrize(
+    ("snapshot", "named"),
+    [
+        ({"tensor_model_parallel_size": 2}, "pipeline_model_parallel_size"),
+        (
+            {
+                "tensor_model_parallel_size": 1,
+                "pipeline_model_parallel_size": 1,
+                "context_parallel_size": 1,
+                "expert_model_parallel_size": 1,
+                "expert_tensor_parallel_size": 1,
+                "order": 1,
+            },
+            "'order'",
+        ),
+    ],
+)
+def test_snapshot_with_wrong_keys_is_a_clear_error(snapshot: dict[str, int], named: str):
+    """A hand-made snapshot is refused before anything is checked or built: no size falls
+    back to a default, no key reaches initialize_model_parallel unchecked."""
+    from mcore_grpo.nccl_offload import reload_megatron_nccl_groups
+
+    with pytest.raises(ValueError, match=r"pass NcclOffloadResult\.snapshot unchanged") as err:
+        reload_megatron_nccl_groups(snapshot)
+    assert named in str(err.value)
