@@ -256,7 +256,7 @@ def full_tree(scratch: Path, dest: Path) -> Path:
     assert isinstance(archive, bytes)
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(dest, filter="data")
-    for rel in git(["ls-files", "-z"], scratch).split("\0"):  # type: ignore[union-attr]
+    for rel in str(git(["ls-files", "-z"], scratch)).split("\0"):
         if rel and (scratch / rel).is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(scratch / rel, dest / rel)
