@@ -204,3 +204,17 @@ def test_proxy_standin_holding_work_is_kept(sandbox: Sandbox) -> None:
     with pytest.raises(PatchToolError, match=r"proxy stand-in .* holds work of yours"):
         apply_upstream(sandbox.root, _up(sandbox), downloader=_no_download)
     assert scratch.read_text() == "mine\n"
+
+
+def test_export_check_refuses_to_judge_a_proxy(sandbox: Sandbox) -> None:
+    """An export from a proxy would rewrite patches for the wrong base: not checked, said so."""
+    _proxy_sandbox(sandbox)
+    apply_upstream(sandbox.root, _up(sandbox), downloader=DOWNLOAD)
+    cmd = [*TOOL, "--root", str(sandbox.root), "export", "--check"]
+    strict = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert strict.returncode == 3, strict.stdout + strict.stderr
+    assert "NOT export-checked" in strict.stdout and "PROXY" in strict.stdout
+    lenient = subprocess.run([*cmd, "--allow-missing"], capture_output=True, text=True, check=False)
+    assert lenient.returncode == 0, lenient.stdout + lenient.stderr
+    patches = sorted((sandbox.root / "patches/Up").glob("*.patch"))
+    assert len(patches) == 3  # nothing rewritten

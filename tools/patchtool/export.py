@@ -22,7 +22,7 @@ from .errors import PatchToolError
 from .git import format_patch, git_text
 from .manifest import Upstream, load_manifest
 from .series import SERIES_FILE, read_series
-from .sources import PIN_REF, checkout_dir, is_repo
+from .sources import PIN_REF, checkout_dir, detect_source, is_repo
 
 _SLUG_RE = re.compile(r"[^a-z0-9]+")
 EXIT_NOT_VERIFIED = 3  # same meaning as in `apply`
@@ -183,6 +183,17 @@ def _run(args: argparse.Namespace) -> int:
                 if code == 0 and not args.allow_missing:
                     code = EXIT_NOT_VERIFIED
                 continue
+        source = detect_source(root, up)
+        if source.proxy:
+            # The proxy's pre-images are not the pin's: an export from it would rewrite the
+            # patch for the wrong base. Byte-exactness is checked where the pinned source is.
+            print(
+                f"{up.name}: {len(entries)} patches NOT export-checked: the checkout is a "
+                f"PROXY ({source.detail}); export needs the pinned source"
+            )
+            if code == 0 and not args.allow_missing:
+                code = EXIT_NOT_VERIFIED
+            continue
         fresh = export_upstream(root, up)
         if args.check:
             diff = diff_export(root, up, fresh)

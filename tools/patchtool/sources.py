@@ -33,7 +33,8 @@ STANDIN_IDENTITY = {
     "GIT_COMMITTER_EMAIL": "patchtool@mcore-rl-stack.invalid",
     "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
 }
-STANDIN_EXCLUDES = "__pycache__/\n*.pyc\n*.egg-info/\n/build/\n"
+# Build products of an editable install (uv sync) must not make the stand-in look dirty.
+STANDIN_EXCLUDES = "__pycache__/\n*.pyc\n*.so\n*.egg-info/\n/build/\n"
 
 # (standin, cache dir) -> path of the downloaded archive; tests inject a local one.
 Downloader = Callable[[Standin, Path], Path]
