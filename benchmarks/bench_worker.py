@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "integration"))
+# The test harness is imported as the `tests` package of this checkout.
+sys.path.insert(0, str(ROOT))
 
 STEPS = 5
 
@@ -23,7 +24,12 @@ STEPS = 5
 def measure() -> dict[str, float]:
     """One rank's figures (called on both ranks by the spawn)."""
     import torch.distributed as dist
-    from harness import (
+    from mcore_grpo.comm_volume import count_gradient_reductions
+    from mcore_grpo.cpu import cpu_device
+    from mcore_grpo.model import sync_params
+    from mcore_grpo.worker import MegatronPolicyWorker
+
+    from tests.integration.harness import (
         global_batch,
         local_grad_diff,
         param_diff,
@@ -31,10 +37,6 @@ def measure() -> dict[str, float]:
         reference_step,
         tiny_config,
     )
-    from mcore_grpo.comm_volume import count_gradient_reductions
-    from mcore_grpo.cpu import cpu_device
-    from mcore_grpo.model import sync_params
-    from mcore_grpo.worker import MegatronPolicyWorker
 
     rank, world = dist.get_rank(), dist.get_world_size()
     batch = global_batch(rows=8)
@@ -79,8 +81,8 @@ def main() -> None:
     parser.add_argument("--tests", action="store_true", help="also time pytest tests/integration")
     args = parser.parse_args()
     STEPS = args.steps
-    from conftest import free_port
-    from harness import spawn2
+    from tests.integration.harness import spawn2
+    from tests.support.ports import free_port
 
     start = time.perf_counter()
     results = spawn2(measure, free_port())

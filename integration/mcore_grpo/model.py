@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,11 +66,8 @@ def _layer_spec(config: WorkerConfig) -> Any:
         get_gpt_layer_with_transformer_engine_spec,
     )
 
-    if config.device == "cpu":
-        return get_gpt_layer_local_spec()
-    try:
-        import transformer_engine  # noqa: F401
-    except ImportError:
+    # Transformer Engine is an optional GPU dependency: look for it without importing it.
+    if config.device == "cpu" or importlib.util.find_spec("transformer_engine") is None:
         return get_gpt_layer_local_spec()
     return get_gpt_layer_with_transformer_engine_spec()
 
@@ -101,7 +99,8 @@ def _build_from_hf(config: WorkerConfig) -> tuple[Any, torch.nn.Module]:
             "TE-spec models. Leave hf_checkpoint=None for the tiny CPU model."
         )
     try:
-        from megatron.bridge import AutoBridge
+        # Optional GPU-only dependency, absent from the CPU venv pyrefly checks against.
+        from megatron.bridge import AutoBridge  # pyrefly: ignore[missing-import]
     except ImportError as err:
         raise ImportError(
             "WorkerConfig.model.hf_checkpoint is set but Megatron-Bridge is not installed; "

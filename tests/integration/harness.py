@@ -72,6 +72,13 @@ def rank_slice(batch: dict[str, torch.Tensor], rank: int, world: int) -> dict[st
     return {k: v[rank * rows : (rank + 1) * rows] for k, v in batch.items()}
 
 
+def _grad_of(name: str, param: torch.Tensor) -> torch.Tensor:
+    """A copy of `param`'s gradient; a parameter the loss never reached is a broken test."""
+    if param.grad is None:
+        raise AssertionError(f"reference step: parameter {name} got no gradient")
+    return param.grad.detach().clone()
+
+
 def reference_step(
     worker: MegatronPolicyWorker,
     initial: dict[str, torch.Tensor],
@@ -99,7 +106,7 @@ def reference_step(
             count = grpo_loss.valid_count(batch, cfg.loss)
             loss = grpo_loss.loss_sum(logprobs, batch, cfg.loss) / count
             loss.backward()
-            grads = {n: p.grad.detach().clone() for n, p in ref.named_parameters()}
+            grads = {n: _grad_of(n, p) for n, p in ref.named_parameters()}
             opt.step()
     return grads, {n: p.detach().clone() for n, p in ref.named_parameters()}
 
@@ -180,7 +187,8 @@ def cpu_cuda_graph_toggle(model: torch.nn.Module, set_to: str) -> None:
     "local" attaches a `cudagraph_manager` submodule, "none" deletes it."""
     from megatron.core.transformer.transformer_layer import TransformerLayer
 
-    layers = [m for m in model.modules() if isinstance(m, TransformerLayer)]
+    # Typed as plain modules: the stand-in is not the CudaGraphManager the layer declares.
+    layers: list[torch.nn.Module] = [m for m in model.modules() if isinstance(m, TransformerLayer)]
     for layer in layers:
         if set_to == "local":
             layer.cudagraph_manager = EagerCudaGraphManager()

@@ -25,7 +25,8 @@ def test_redirects_scoped_and_restored() -> None:
     with cpu.cpu_device("cpu") as active:
         assert active and cpu.redirects_active()
         assert torch.cuda.current_device() == torch.device("cpu")
-        torch.cuda.current_stream().wait_stream(None)
+        stream = torch.cuda.current_stream()
+        stream.wait_stream(stream)  # the no-op stand-in stream
         with cpu.cpu_device("cpu"):  # re-entrant
             pass
         assert torch.cuda.current_device() == torch.device("cpu")
@@ -48,9 +49,10 @@ def test_megatron_ddp_distributed_optimizer_adam_on_cpu(world1: None) -> None:
     Tolerance 1e-4, not 1e-6: Adam normalises each gradient by its own magnitude, so float
     noise in the (mathematically zero) attention key-bias gradients becomes a visible update;
     1e-6 parity is checked with adam_eps=1 in test_train_step.py."""
-    from tests.integration.harness import global_batch, param_diff, reference_step, tiny_config
     from mcore_grpo.model import sync_params
     from mcore_grpo.worker import MegatronPolicyWorker
+
+    from tests.integration.harness import global_batch, param_diff, reference_step, tiny_config
 
     worker = MegatronPolicyWorker(tiny_config(overlap=True, eps=1e-8))
     batch = global_batch(rows=4)

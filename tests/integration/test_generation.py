@@ -29,14 +29,20 @@ def real_vocab_logprobs(
 
 @pytest.fixture(scope="module")
 def worker(world1: None) -> MegatronPolicyWorker:
+    from megatron.core.models.gpt import GPTModel
+
     cfg = dataclasses.replace(
         tiny_config(overlap=False),
         model=ModelConfig(vocab_size=VOCAB - 8, padded_vocab_size_override=VOCAB),
     )
     w = MegatronPolicyWorker(cfg)
+    gpt = w.policy.gpt
+    assert isinstance(gpt, GPTModel)
+    weight = gpt.output_layer.weight  # None only with a weight supplied at call time
+    assert weight is not None
     # Make the padded-vocab rows the most likely tokens, so masking is what keeps them out.
     with torch.no_grad():
-        w.policy.gpt.output_layer.weight[VOCAB - 8 :] = 0.0
+        weight[VOCAB - 8 :] = 0.0
     w.prepare_for_generation()
     return w
 

@@ -4,6 +4,7 @@ one 2-process spawn for the whole module)."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -87,18 +88,29 @@ def _comm_volume(double_reduce: bool) -> float:
     return volume.ratio
 
 
-def dp2_scenarios() -> dict[str, object]:
+@dataclass(frozen=True)
+class Dp2Results:
+    """One rank's figures from the DP=2 spawn."""
+
+    parity: dict[str, dict[str, float]]  # by loss level
+    comm_ratio: float
+    comm_ratio_double: float
+
+
+def dp2_scenarios() -> Dp2Results:
     """Everything the module checks at DP=2, run in the one spawn."""
-    return {
-        "parity_token": _parity("token", overlap=True, k=3),
-        "parity_sequence": _parity("sequence", overlap=False, k=3),
-        "comm_ratio": _comm_volume(double_reduce=False),
-        "comm_ratio_double": _comm_volume(double_reduce=True),
-    }
+    return Dp2Results(
+        parity={
+            "token": _parity("token", overlap=True, k=3),
+            "sequence": _parity("sequence", overlap=False, k=3),
+        },
+        comm_ratio=_comm_volume(double_reduce=False),
+        comm_ratio_double=_comm_volume(double_reduce=True),
+    )
 
 
 @pytest.fixture(scope="module")
-def dp2() -> dict[int, dict[str, object]]:
+def dp2() -> dict[int, Dp2Results]:
 
     return spawn2(dp2_scenarios, free_port())
 
@@ -118,26 +130,21 @@ def test_parity_dp1(world1: None, level: str, overlap: bool) -> None:
 
 
 @pytest.mark.parametrize("level", ["token", "sequence"])
-def test_parity_dp2(dp2: dict[int, dict[str, object]], level: str) -> None:
+def test_parity_dp2(dp2: dict[int, Dp2Results], level: str) -> None:
     for rank in (0, 1):
-        res = dp2[rank][f"parity_{level}"]
-        assert isinstance(res, dict)
-        _check(res)
+        _check(dp2[rank].parity[level])
     # The ranks hold different numbers of valid items; the normaliser is the global count.
-    assert (
-        dp2[0][f"parity_{level}"]["split_global_valid"]
-        == dp2[1][f"parity_{level}"]["split_global_valid"]
-    )
+    assert dp2[0].parity[level]["split_global_valid"] == dp2[1].parity[level]["split_global_valid"]
 
 
-def test_comm_volume_exactly_one_reduction(dp2: dict[int, dict[str, object]]) -> None:
+def test_comm_volume_exactly_one_reduction(dp2: dict[int, Dp2Results]) -> None:
     for rank in (0, 1):
-        assert dp2[rank]["comm_ratio"] == pytest.approx(1.0, abs=1e-12)
+        assert dp2[rank].comm_ratio == pytest.approx(1.0, abs=1e-12)
 
 
-def test_comm_counter_sees_double_reduce(dp2: dict[int, dict[str, object]]) -> None:
+def test_comm_counter_sees_double_reduce(dp2: dict[int, Dp2Results]) -> None:
     for rank in (0, 1):
-        assert dp2[rank]["comm_ratio_double"] == pytest.approx(2.0, abs=1e-12)
+        assert dp2[rank].comm_ratio_double == pytest.approx(2.0, abs=1e-12)
 
 
 class _Boom(RuntimeError):

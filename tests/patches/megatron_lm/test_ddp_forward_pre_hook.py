@@ -86,7 +86,10 @@ def _toggle(model: torch.nn.Module, set_to: str) -> None:
     from megatron.core.transformer.utils import toggle_cuda_graphs
 
     if "reset_cuda_graphs" in inspect.signature(toggle_cuda_graphs).parameters:
-        toggle_cuda_graphs(model, set_to=set_to, reset_cuda_graphs=False)
+        # core 0.16.x only (its default True rebuilds the managers, which needs CUDA); the
+        # parameter is gone from core_v0.17.0 on (upstream 1106df4619), so 0.19.x and the
+        # 0.20 pin take the branch below and type-check against the 2-argument signature.
+        toggle_cuda_graphs(model, set_to=set_to, reset_cuda_graphs=False)  # pyrefly: ignore[unexpected-keyword]
     else:
         toggle_cuda_graphs(model, set_to=set_to)
 
