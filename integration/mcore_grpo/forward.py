@@ -1,4 +1,4 @@
-"""One forward pass of the policy: masks, positions, full-vocab logits, token logprobs."""
+"""One forward pass of the policy: masks, positions, full-vocab logits, real-vocab logprobs."""
 
 from __future__ import annotations
 
@@ -34,7 +34,34 @@ def policy_logits(
     return logits.float()
 
 
-def next_token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
-    """[B, S-1]: log p(input_ids[:, t+1] | prefix up to t)."""
-    logp = torch.log_softmax(logits[:, :-1, :], dim=-1)
-    return logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
+def real_vocab_logits(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """`logits` with the padded-vocab ids (>= `vocab_size`) at -inf, out of place.
+
+    The model's vocab is padded (TP divisibility); those ids are no tokenizer tokens. The
+    sampler, the logprob forward and the training forward all normalise over the real ids
+    only, so the trained distribution is the sampled one and the padded logits get no
+    gradient.
+    """
+    if vocab_size >= logits.shape[-1]:
+        return logits
+    padded = torch.arange(logits.shape[-1], device=logits.device) >= vocab_size
+    return logits.masked_fill(padded, float("-inf"))
+
+
+def next_token_logprobs(
+    logits: torch.Tensor, input_ids: torch.Tensor, vocab_size: int
+) -> torch.Tensor:
+    """[B, S-1]: log p(input_ids[:, t+1] | prefix up to t), over the `vocab_size` real ids.
+
+    Raises ValueError for an input id at or beyond `vocab_size` (a padded-vocab id is never
+    a token; its logprob would be -inf).
+    """
+    targets = input_ids[:, 1:]
+    if targets.numel() and int(targets.max()) >= vocab_size:
+        raise ValueError(
+            f"next_token_logprobs: input id {int(targets.max())} >= tokenizer vocab size "
+            f"{vocab_size} (ids beyond it are model padding); check the batch's input_ids "
+            "and WorkerConfig.model.vocab_size."
+        )
+    logp = torch.log_softmax(real_vocab_logits(logits[:, :-1, :], vocab_size), dim=-1)
+    return logp.gather(-1, targets[:, :, None]).squeeze(-1)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mcore_grpo.forward import policy_logits
+from mcore_grpo.forward import policy_logits, real_vocab_logits
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def generate(
     stops = torch.tensor(params.stop_token_ids, dtype=torch.long, device=ids.device)
     for _ in range(params.max_new_tokens):
         logits = policy_logits(model, ids, mask)[:, -1, :] / params.temperature
-        logits[:, vocab_size:] = float("-inf")  # padded-vocab rows are never real tokens
+        logits = real_vocab_logits(logits, vocab_size)  # padded-vocab ids are no tokens
         logp = torch.log_softmax(logits, dim=-1)
         probs = torch.softmax(_top_p_filter(logits, params.top_p), dim=-1)
         token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)

@@ -112,13 +112,14 @@ class SplitTrainStep:
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
         mbs = self._config.micro_batch_size
+        vocab_size = self._config.model.vocab_size
         chunks = split_microbatches(batch, mbs)
         losses: list[torch.Tensor] = []
 
         def forward_step(data_iterator: Iterator[dict[str, torch.Tensor]], model: Any) -> Any:
             mb = next(data_iterator)
             logits = policy_logits(model, mb["input_ids"], mb["attention_mask"])
-            logprobs = next_token_logprobs(logits, mb["input_ids"])
+            logprobs = next_token_logprobs(logits, mb["input_ids"], vocab_size)
 
             def loss_func(_output: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict]:
                 total = self.loss_sum_fn(logprobs, mb)

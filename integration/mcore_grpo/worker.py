@@ -115,7 +115,7 @@ class MegatronPolicyWorker:
         ddp.eval()
         try:
             logits = policy_logits(ddp, batch["input_ids"], batch["attention_mask"])
-            lp = next_token_logprobs(logits, batch["input_ids"])
+            lp = next_token_logprobs(logits, batch["input_ids"], self.config.model.vocab_size)
         finally:
             ddp.train()
         # NeMo-RL layout: aligned with input_ids, position 0 has no logprob.

@@ -102,7 +102,7 @@ def reference_step(
         for _ in range(steps):
             opt.zero_grad()
             logits = policy_logits(ref, batch["input_ids"], batch["attention_mask"])
-            logprobs = next_token_logprobs(logits, batch["input_ids"])
+            logprobs = next_token_logprobs(logits, batch["input_ids"], cfg.model.vocab_size)
             count = grpo_loss.valid_count(batch, cfg.loss)
             loss = grpo_loss.loss_sum(logprobs, batch, cfg.loss) / count
             loss.backward()

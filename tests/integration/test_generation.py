@@ -11,9 +11,10 @@ from mcore_grpo.config import ModelConfig
 from mcore_grpo.cpu import cpu_device
 from mcore_grpo.forward import policy_logits
 from mcore_grpo.generation import SamplingParams
+from mcore_grpo.model import sync_params
 from mcore_grpo.worker import MegatronPolicyWorker
 
-from tests.integration.harness import VOCAB, prompts, tiny_config
+from tests.integration.harness import VOCAB, global_batch, prompts, tiny_config
 
 REAL = VOCAB - 8
 
@@ -91,3 +92,48 @@ def test_dynamic_engine_backend_is_explicitly_not_implemented(worker: MegatronPo
     ids, mask = prompts(rows=1)
     with pytest.raises(NotImplementedError, match="dynamic inference"):
         worker.generate(ids, mask, SamplingParams(backend="mcore_dynamic_engine"))
+
+
+def test_logprob_forward_matches_the_sampler_over_padded_vocab(
+    worker: MegatronPolicyWorker,
+) -> None:
+    """get_logprobs (the forward the loss trains through) normalises over the same real ids
+    as the sampler: the trained distribution is the sampled one (temperature 1)."""
+    ids, mask = prompts(rows=4, length=5, vocab=REAL)
+    out = worker.generate(
+        ids, mask, SamplingParams(max_new_tokens=4), torch.Generator().manual_seed(11)
+    )
+    worker.finish_generation()
+    try:
+        lp = worker.get_logprobs(
+            {"input_ids": out.output_ids, "attention_mask": out.attention_mask}
+        )
+    finally:
+        worker.prepare_for_generation()
+    sel = out.generated_mask.bool()
+    assert int(sel.sum()) == 16
+    assert torch.allclose(lp[sel], out.logprobs[sel], atol=1e-5)
+
+
+def test_training_never_moves_padded_vocab_rows(world1: None) -> None:
+    """A train step gives the padded output rows no gradient (Adam would move them ~lr)."""
+    from megatron.core.models.gpt import GPTModel
+
+    cfg = dataclasses.replace(
+        tiny_config(overlap=False),
+        model=ModelConfig(vocab_size=REAL, padded_vocab_size_override=VOCAB),
+    )
+    w = MegatronPolicyWorker(cfg)
+    gpt = w.policy.gpt
+    assert isinstance(gpt, GPTModel)
+    weight = gpt.output_layer.weight
+    assert weight is not None
+    before = weight.detach().clone()
+    batch = global_batch(rows=4)
+    batch["input_ids"] = batch["input_ids"] % REAL
+    w.train(batch)
+    with cpu_device("cpu"):
+        sync_params(w.policy)
+    moved = (weight.detach() - before).abs().amax(dim=1)
+    assert float(moved[:REAL].min()) > 0.0, "real rows did not train: the check is vacuous"
+    assert float(moved[REAL:].max()) == 0.0
