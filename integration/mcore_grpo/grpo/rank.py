@@ -24,11 +24,10 @@ from mcore_grpo.grpo.loss import ClippedPGLossConfig, calculate_kl, clipped_pg_l
 # How long a collective may wait for a peer before gloo gives up (the driver normally
 # notices a dead worker first and kills the rest).
 COLLECTIVE_TIMEOUT = timedelta(seconds=120)
-# The tiny model's embedding rows equal the task vocab (no padding): the worker masks padded
-# ids out of sampling but its training/logprob forward still normalises over them, so with
-# padding the trained distribution would differ from the sampled one (the padded logits,
-# never sampled, only ever rise) -- measured as token_mult_prob_error 1.07 -> 1.18 in 40 steps.
-VOCAB_PAD_MULTIPLE = 1
+# The tiny model's vocab is padded as Megatron pads it (`--make-vocab-size-divisible-by`
+# 128, times the TP size). The worker's sampler, logprob and training forwards all
+# normalise over the task's real ids only, so the padding changes no distribution.
+VOCAB_DIVISIBLE_BY = 128
 
 
 @dataclass(frozen=True)
@@ -57,9 +56,10 @@ def group_seed(seed: int, step: int, group: int) -> int:
     return (seed * 1_000_003 + step * 10_007 + group) % (2**63 - 1)
 
 
-def padded_vocab_size(vocab_size: int) -> int:
-    """Embedding rows of the tiny model."""
-    return -(-vocab_size // VOCAB_PAD_MULTIPLE) * VOCAB_PAD_MULTIPLE
+def padded_vocab_size(vocab_size: int, tensor_parallel_size: int) -> int:
+    """Embedding rows of the tiny model (a multiple Megatron's TP vocab split can divide)."""
+    multiple = VOCAB_DIVISIBLE_BY * tensor_parallel_size
+    return -(-vocab_size // multiple) * multiple
 
 
 def worker_config(config: RunConfig, tokens: TaskTokens) -> Any:
@@ -88,7 +88,9 @@ def worker_config(config: RunConfig, tokens: TaskTokens) -> Any:
             ffn_hidden_size=tiny.ffn_hidden_size,
             vocab_size=tokens.vocab_size,
             max_sequence_length=p.max_total_sequence_length,
-            padded_vocab_size_override=padded_vocab_size(tokens.vocab_size),
+            padded_vocab_size_override=padded_vocab_size(
+                tokens.vocab_size, mc.tensor_model_parallel_size
+            ),
             hf_checkpoint=hf,
         ),
         parallel=ParallelConfig(
