@@ -25,7 +25,20 @@ from mcore_grpo.forward import next_token_logprobs, policy_logits
 from mcore_grpo.loss import Batch
 from mcore_grpo.model import PolicyModel
 
-LossSumFn = Callable[[torch.Tensor, Any], torch.Tensor]
+# The loss a train step differentiates, supplied by the caller (worker constructor or
+# `MegatronPolicyWorker.loss_sum_fn`): called once per microbatch with
+#   logprobs: [B, S-1] next-token logprobs of input_ids[:, 1:], with grad (real vocab only);
+#   microbatch: the batch rows of this microbatch, per-token tensors [B, S] aligned with
+#     input_ids (as `get_logprobs` returns them), per-sample tensors [B];
+# and returns a scalar, UN-normalised SUM over the units `loss.valid_count` counts for
+# `WorkerConfig.loss.level` (valid tokens, or valid sequences). The step divides the summed
+# gradients once by the global count, so a loss normalised per microbatch would be wrong.
+LossSumFn = Callable[[torch.Tensor, Batch], torch.Tensor]
+
+
+def default_loss_sum(config: WorkerConfig) -> LossSumFn:
+    """The GRPO clipped policy-gradient sum of `mcore_grpo.loss` (no KL term)."""
+    return partial(grpo_loss.loss_sum, config=config.loss)
 
 
 @dataclass
@@ -50,12 +63,31 @@ def split_microbatches(batch: Batch, size: int) -> list[dict[str, torch.Tensor]]
 class SplitTrainStep:
     """Owns the open-step state; the worker's train entry points delegate here."""
 
-    def __init__(self, policy: PolicyModel, config: WorkerConfig) -> None:
+    def __init__(
+        self, policy: PolicyModel, config: WorkerConfig, loss_sum_fn: LossSumFn | None = None
+    ) -> None:
         self._policy = policy
         self._config = config
         self._open: _OpenStep | None = None
-        # Test seam: the loss the microbatches differentiate (default: GRPO clipped PG sum).
-        self.loss_sum_fn: LossSumFn = partial(grpo_loss.loss_sum, config=config.loss)
+        self._loss_sum_fn = loss_sum_fn if loss_sum_fn is not None else default_loss_sum(config)
+
+    @property
+    def loss_sum_fn(self) -> LossSumFn:
+        """The loss the microbatches differentiate (contract: see `LossSumFn`)."""
+        return self._loss_sum_fn
+
+    @loss_sum_fn.setter
+    def loss_sum_fn(self, fn: LossSumFn) -> None:
+        if not callable(fn):
+            raise TypeError(
+                f"loss_sum_fn must be callable (logprobs, microbatch) -> sum, got {fn!r}"
+            )
+        if self._open is not None:
+            raise RuntimeError(
+                "loss_sum_fn: a train step is open; one optimizer step must differentiate one "
+                "loss. Set it before begin_train_step() or after finish/abort_train_step()."
+            )
+        self._loss_sum_fn = fn
 
     @property
     def is_open(self) -> bool:
@@ -122,7 +154,7 @@ class SplitTrainStep:
             logprobs = next_token_logprobs(logits, mb["input_ids"], vocab_size)
 
             def loss_func(_output: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict]:
-                total = self.loss_sum_fn(logprobs, mb)
+                total = self._loss_sum_fn(logprobs, mb)
                 losses.append(total.detach())
                 count = grpo_loss.valid_count(mb, self._config.loss).to(torch.int)
                 return total, count, {"loss_sum": total.detach()}

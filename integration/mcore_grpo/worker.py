@@ -29,7 +29,7 @@ from mcore_grpo.parallel import init_distributed, init_model_parallel
 from mcore_grpo.phase_guard import Phase, PhaseGuard
 from mcore_grpo.process_group_rebind import GroupSnapshot, rebind_groups
 from mcore_grpo.reference import ReferencePolicy
-from mcore_grpo.train_step import SplitTrainStep
+from mcore_grpo.train_step import LossSumFn, SplitTrainStep
 
 F = TypeVar("F", bound=Callable[..., Any])
 CudaGraphToggle = Callable[[torch.nn.Module, str], None]
@@ -65,8 +65,13 @@ class MegatronPolicyWorker:
     """One rank's policy: train, logprobs, reference logprobs, generation, offload."""
 
     def __init__(
-        self, config: WorkerConfig, cuda_graph_toggle: CudaGraphToggle | None = None
+        self,
+        config: WorkerConfig,
+        cuda_graph_toggle: CudaGraphToggle | None = None,
+        loss_sum_fn: LossSumFn | None = None,
     ) -> None:
+        """`loss_sum_fn`: the training loss (contract: `mcore_grpo.train_step.LossSumFn`);
+        None = the clipped policy-gradient sum of `mcore_grpo.loss`."""
         self.config = config.validate()
         self.guard = PhaseGuard(Phase.TRAINING)
         # Generation-time CUDA graphs: None = off. On CPU tests inject a stand-in toggle.
@@ -77,12 +82,21 @@ class MegatronPolicyWorker:
             model_parallel_seed(self.config.seed, self.config.device)
             self.policy: PolicyModel = build_policy(self.config)
             self.reference = ReferencePolicy(self.policy)
-        self.train_step = SplitTrainStep(self.policy, self.config)
+        self.train_step = SplitTrainStep(self.policy, self.config, loss_sum_fn)
         self.offloader = Offloader(self.policy)
         self._group_snapshot: tuple[Any, GroupSnapshot] | None = None
         self.groups_rebound = 0
 
     # ---- training -------------------------------------------------------------------
+    @property
+    def loss_sum_fn(self) -> LossSumFn:
+        """The loss `train`/`train_microbatch` differentiate; settable between steps."""
+        return self.train_step.loss_sum_fn
+
+    @loss_sum_fn.setter
+    def loss_sum_fn(self, fn: LossSumFn) -> None:
+        self.train_step.loss_sum_fn = fn
+
     @_entry(T)
     def train(self, batch: Batch) -> dict[str, float]:
         """One optimizer step over this rank's slice of the global batch."""

@@ -10,6 +10,7 @@ import pytest
 import torch
 from mcore_grpo.comm_volume import count_gradient_reductions
 from mcore_grpo.cpu import cpu_device
+from mcore_grpo.loss import Batch
 from mcore_grpo.model import sync_params
 from mcore_grpo.worker import MegatronPolicyWorker
 
@@ -157,16 +158,16 @@ def test_exception_in_microbatch_restores_hooks_and_next_step_is_correct(world1:
     hooks = (cfg.grad_sync_func, cfg.no_sync_func, cfg.finalize_model_grads_func)
     batch = global_batch(rows=8)
     initial = {n: t.clone() for n, t in worker.reference._weights.items()}
-    real_loss = worker.train_step.loss_sum_fn
+    real_loss = worker.loss_sum_fn
     calls = {"n": 0}
 
-    def flaky(logprobs: torch.Tensor, mb: dict[str, torch.Tensor]) -> torch.Tensor:
+    def flaky(logprobs: torch.Tensor, mb: Batch) -> torch.Tensor:
         calls["n"] += 1
         if calls["n"] == 2:
             raise _Boom("loss failed in microbatch 2")
         return real_loss(logprobs, mb)
 
-    worker.train_step.loss_sum_fn = flaky
+    worker.loss_sum_fn = flaky
     worker.begin_train_step()
     with pytest.raises(_Boom):
         worker.train_microbatch(batch)
@@ -175,7 +176,7 @@ def test_exception_in_microbatch_restores_hooks_and_next_step_is_correct(world1:
         worker.finish_train_step()
     worker.abort_train_step()
     worker.abort_train_step()  # idempotent
-    worker.train_step.loss_sum_fn = real_loss
+    worker.loss_sum_fn = real_loss
     worker.train(batch)
     ref_grads, ref_params = reference_step(worker, initial, batch)
     assert local_grad_diff(worker, ref_grads) < TOL
@@ -186,7 +187,7 @@ def test_exception_in_microbatch_restores_hooks_and_next_step_is_correct(world1:
 
 def test_train_exception_aborts_and_double_begin_raises(world1: None) -> None:
     worker = MegatronPolicyWorker(tiny_config(overlap=False))
-    worker.train_step.loss_sum_fn = lambda lp, mb: (_ for _ in ()).throw(_Boom("x"))
+    worker.loss_sum_fn = lambda lp, mb: (_ for _ in ()).throw(_Boom("x"))
     with pytest.raises(_Boom):
         worker.train(global_batch(rows=4))
     assert not worker.train_step.is_open
@@ -196,3 +197,29 @@ def test_train_exception_aborts_and_double_begin_raises(world1: None) -> None:
     worker.abort_train_step()
     with pytest.raises(RuntimeError, match="begin_train_step"):
         worker.finish_train_step()
+
+
+def test_loss_is_supplied_at_construction_and_fixed_within_a_step(world1: None) -> None:
+    """The loss is API: a constructor argument or the `loss_sum_fn` property between steps,
+    called once per microbatch with [B, S-1] logprobs and the microbatch rows."""
+    seen: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+
+    def scaled(logprobs: torch.Tensor, mb: Batch) -> torch.Tensor:
+        seen.append((tuple(logprobs.shape), tuple(mb["input_ids"].shape)))
+        return 0.0 * logprobs.sum()  # no gradient: the step must leave the weights alone
+
+    worker = MegatronPolicyWorker(tiny_config(overlap=False, mbs=2), loss_sum_fn=scaled)
+    assert worker.loss_sum_fn is scaled
+    before = {n: p.detach().clone() for n, p in worker.policy.gpt.named_parameters()}
+    metrics = worker.train(global_batch(rows=4))
+    assert seen == [((2, 9), (2, 10)), ((2, 9), (2, 10))]
+    assert metrics["global_loss"] == 0.0
+    with cpu_device("cpu"):
+        sync_params(worker.policy)
+    for name, param in worker.policy.gpt.named_parameters():
+        assert torch.equal(param.detach(), before[name]), name
+    worker.begin_train_step()
+    with pytest.raises(RuntimeError, match="one optimizer step must differentiate one loss"):
+        worker.loss_sum_fn = scaled
+    worker.abort_train_step()
+    worker.loss_sum_fn = scaled  # between steps: allowed

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -20,6 +21,7 @@ import torch.distributed as dist
 
 from mcore_grpo.grpo.config import RunConfig
 from mcore_grpo.grpo.loss import ClippedPGLossConfig, calculate_kl, clipped_pg_loss
+from mcore_grpo.train_step import LossSumFn
 
 # How long a collective may wait for a peer before gloo gives up (the driver normally
 # notices a dead worker first and kills the rest).
@@ -118,15 +120,16 @@ def worker_config(config: RunConfig, tokens: TaskTokens) -> Any:
     )
 
 
-def grpo_loss_sum(cfg: ClippedPGLossConfig) -> Any:
+def grpo_loss_sum(cfg: ClippedPGLossConfig) -> LossSumFn:
     """The worker's microbatch loss: clipped PG + KL penalty as an un-normalised sum.
 
     The split train step divides the summed gradients once by the global valid-token (or
     sequence) count, so the loss is evaluated with normalisation factors of 1 here.
-    `logprobs` is [B, S-1] (next-token); the batch tensors are [B, S] aligned with input_ids.
+    `logprobs` is [B, S-1] (next-token); the batch tensors are [B, S] aligned with input_ids
+    (the `mcore_grpo.train_step.LossSumFn` contract).
     """
 
-    def loss_sum(logprobs: torch.Tensor, mb: dict[str, torch.Tensor]) -> torch.Tensor:
+    def loss_sum(logprobs: torch.Tensor, mb: Mapping[str, torch.Tensor]) -> torch.Tensor:
         mask = mb["token_mask"][:, 1:].float() * mb["sample_mask"].float()[:, None]
         loss, _ = clipped_pg_loss(
             logprobs,
@@ -216,8 +219,9 @@ class PolicyRank:
         from mcore_grpo.generation import SamplingParams
         from mcore_grpo.worker import MegatronPolicyWorker
 
-        self.worker = MegatronPolicyWorker(worker_config(config, tokens))
-        self.worker.train_step.loss_sum_fn = grpo_loss_sum(config.loss_fn)
+        self.worker = MegatronPolicyWorker(
+            worker_config(config, tokens), loss_sum_fn=grpo_loss_sum(config.loss_fn)
+        )
         g = config.policy.generation
         stops = tuple(g.stop_token_ids) if g.stop_token_ids is not None else (tokens.eos_id,)
         self.sampling = SamplingParams(
