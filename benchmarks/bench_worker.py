@@ -43,7 +43,7 @@ def measure() -> dict[str, float]:
     mine = rank_slice(batch, rank, world)
     out: dict[str, float] = {}
     worker = MegatronPolicyWorker(tiny_config(level="token", overlap=True))
-    initial = {n: t.clone() for n, t in worker.reference._weights.items()}
+    initial = {n: t.clone() for n, t in worker.reference.state_dict().items()}
     with count_gradient_reductions(worker.policy.ddp) as volume:
         worker.begin_train_step()
         for lo, hi in ((0, 1), (1, 3), (3, 4)):

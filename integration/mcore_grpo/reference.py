@@ -10,7 +10,7 @@ added and then removed `cudagraph_manager` submodules, unpatched megatron-core a
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import torch
 
@@ -42,6 +42,10 @@ def _load_in_place(module: torch.nn.Module, weights: dict[str, torch.Tensor]) ->
             tensor.copy_(weights[name])
 
 
+def _describe(tensor: torch.Tensor | None) -> str:
+    return "missing" if tensor is None else f"{tuple(tensor.shape)} {tensor.dtype}"
+
+
 def hooks_enabled(policy: PolicyModel) -> bool:
     """Whether DDP's forward pre-hooks (overlap_param_gather) are currently registered."""
     return bool(getattr(policy.ddp, "remove_forward_pre_hook_handles", None))
@@ -52,6 +56,37 @@ class ReferencePolicy:
 
     def __init__(self, policy: PolicyModel) -> None:
         self._weights = _host_copy(policy.gpt)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The reference weights by parameter/buffer name, host tensors (for checkpoints).
+
+        Like `nn.Module.state_dict`, the tensors are the held ones: save or clone them,
+        do not modify them in place.
+        """
+        return dict(self._weights)
+
+    def load_state_dict(self, weights: Mapping[str, torch.Tensor]) -> None:
+        """Replace the reference weights (e.g. from a checkpoint), copied to the host.
+
+        Raises ValueError naming the tensors whose name, shape or dtype differs from the
+        held ones (the reference must fit the policy it is swapped into).
+        """
+        diffs = [
+            f"{name}: given {_describe(weights.get(name))}, "
+            f"held {_describe(self._weights.get(name))}"
+            for name in sorted(set(weights) | set(self._weights))
+            if name not in weights
+            or name not in self._weights
+            or weights[name].shape != self._weights[name].shape
+            or weights[name].dtype != self._weights[name].dtype
+        ]
+        if diffs:
+            raise ValueError(
+                f"ReferencePolicy.load_state_dict: {len(diffs)} tensor(s) do not fit the "
+                "policy model; pass weights saved from ReferencePolicy.state_dict() of the same "
+                "model config:\n  " + "\n  ".join(diffs[:8])
+            )
+        self._weights = {k: v.detach().to(HOST, copy=True) for k, v in weights.items()}
 
     @property
     def num_bytes(self) -> int:

@@ -56,7 +56,7 @@ def test_megatron_ddp_distributed_optimizer_adam_on_cpu(world1: None) -> None:
 
     worker = MegatronPolicyWorker(tiny_config(overlap=True, eps=1e-8))
     batch = global_batch(rows=4)
-    initial = {k: v.clone() for k, v in worker.reference._weights.items()}
+    initial = {k: v.clone() for k, v in worker.reference.state_dict().items()}
     for _ in range(5):
         worker.train(batch)
     with cpu.cpu_device("cpu"):

@@ -39,7 +39,7 @@ def _parity(level: str, overlap: bool, k: int) -> dict[str, float]:
     results = {}
     for mode in ("split", "oneshot"):
         worker = MegatronPolicyWorker(tiny_config(level=level, overlap=overlap))
-        initial = {n: t.clone() for n, t in worker.reference._weights.items()}
+        initial = {n: t.clone() for n, t in worker.reference.state_dict().items()}
         if mode == "split":
             worker.begin_train_step()
             rows = mine["input_ids"].shape[0]
@@ -157,7 +157,7 @@ def test_exception_in_microbatch_restores_hooks_and_next_step_is_correct(world1:
     cfg = worker.policy.transformer_config
     hooks = (cfg.grad_sync_func, cfg.no_sync_func, cfg.finalize_model_grads_func)
     batch = global_batch(rows=8)
-    initial = {n: t.clone() for n, t in worker.reference._weights.items()}
+    initial = {n: t.clone() for n, t in worker.reference.state_dict().items()}
     real_loss = worker.loss_sum_fn
     calls = {"n": 0}
 

@@ -350,7 +350,7 @@ class PolicyRank:
         }
         path = checkpoint.save_rank_state(Path(tmp_dir), self.rank, state)
         if self.rank == 0:
-            checkpoint.save_reference(Path(tmp_dir), self.worker.reference._weights)
+            checkpoint.save_reference(Path(tmp_dir), self.worker.reference.state_dict())
         return str(path)
 
     def load(self, rank_file: str, reference_file: str) -> None:
@@ -369,8 +369,9 @@ class PolicyRank:
         for opt, opt_state in zip(self._inner_optimizers(), state["optimizer"], strict=True):
             opt.optimizer.load_state_dict(opt_state)
         reference = torch.load(reference_file, map_location="cpu", weights_only=True)
-        checkpoint.check_shapes(reference, self.worker.reference._weights, Path(reference_file))
-        self.worker.reference._weights = reference
+        held = self.worker.reference.state_dict()
+        checkpoint.check_shapes(reference, held, Path(reference_file))
+        self.worker.reference.load_state_dict(reference)
 
     def shutdown(self) -> None:
         """Tear down megatron's parallel state and the process group."""
