@@ -23,9 +23,29 @@ def loss_mask(batch: Batch) -> torch.Tensor:
 
 
 def per_token_loss(logprobs: torch.Tensor, batch: Batch, config: LossConfig) -> torch.Tensor:
-    """[B, S-1]: -min(r*A, clip(r)*A), r = exp(logp - logp_old); r = 1 (with grad) on-policy."""
-    old = batch.get("prev_logprobs")
-    old = logprobs.detach() if old is None else old
+    """[B, S-1]: -min(r*A, clip(r)*A), r = exp(logp - logp_old); r = 1 (with grad) on-policy.
+
+    `logprobs` is [B, S-1] (next-token, as the train step computes them); the optional
+    `batch["prev_logprobs"]` is [B, S] aligned with input_ids, position 0 unused -- the
+    layout `get_logprobs` returns, so its output can be put in the batch as it is.
+    """
+    rows, seq = batch["input_ids"].shape
+    if tuple(logprobs.shape) != (rows, seq - 1):
+        raise ValueError(
+            f"per_token_loss: logprobs {tuple(logprobs.shape)} must be [B, S-1] = "
+            f"{(rows, seq - 1)} (next-token logprobs of input_ids {(rows, seq)})"
+        )
+    prev = batch.get("prev_logprobs")
+    if prev is None:
+        old = logprobs.detach()
+    elif tuple(prev.shape) == (rows, seq):
+        old = prev[:, 1:]
+    else:
+        raise ValueError(
+            f"per_token_loss: batch['prev_logprobs'] {tuple(prev.shape)} must be [B, S] = "
+            f"{(rows, seq)}, aligned with input_ids like get_logprobs() returns it "
+            "(position 0 unused)"
+        )
     ratio = torch.exp(logprobs - old)
     adv = batch["advantages"].float()[:, None]
     clipped = torch.clamp(ratio, 1.0 - config.ratio_clip, 1.0 + config.ratio_clip)

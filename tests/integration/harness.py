@@ -62,7 +62,8 @@ def global_batch(rows: int = 8, seed: int = 0) -> dict[str, torch.Tensor]:
         "token_mask": token_mask,
         "sample_mask": sample_mask,
         "advantages": torch.randn(rows, generator=g),
-        "prev_logprobs": -4.2 + 0.3 * torch.randn(rows, SEQ - 1, generator=g),
+        # [B, S] aligned with input_ids (get_logprobs' layout); position 0 is unused.
+        "prev_logprobs": -4.2 + 0.3 * torch.randn(rows, SEQ, generator=g),
     }
 
 
