@@ -18,16 +18,11 @@ import time
 from pathlib import Path
 
 from mcore_grpo.grpo.checkpoint import CheckpointError
-from mcore_grpo.grpo.config import (
-    DEFAULT_PRESET,
-    ConfigError,
-    RunConfig,
-    load_config,
-    preset_names,
-)
+from mcore_grpo.grpo.config import DEFAULT_PRESET, load_config, preset_names
 from mcore_grpo.grpo.engine import WorkerFailed, make_engine
 from mcore_grpo.grpo.metrics import summarize
 from mcore_grpo.grpo.rank import TaskTokens
+from mcore_grpo.grpo.schema import ConfigError, RunConfig
 from mcore_grpo.grpo.task import build_task
 
 log = logging.getLogger("mcore_grpo")

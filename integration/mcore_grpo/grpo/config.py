@@ -1,8 +1,6 @@
 """The GRPO run config: YAML presets/files plus NeMo-RL style ``key=value`` overrides.
 
-Keys follow NeMo-RL's names where NeMo-RL has them (``grpo.num_prompts_per_step``,
-``policy.train_global_batch_size``, ``policy.megatron_cfg.tensor_model_parallel_size``, ...),
-so a NeMo-RL user types the same overrides. The schema is the dataclass tree below; a key
+The schema is the dataclass tree of `mcore_grpo.grpo.schema` (NeMo-RL's key names); a key
 that is not in it is an error naming the key and the closest valid one. A YAML file may start
 with ``defaults: <preset name or path>`` (as NeMo-RL's configs do) to inherit another file.
 """
@@ -13,165 +11,16 @@ import dataclasses
 import difflib
 import types
 import typing
-from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from mcore_grpo.grpo.loss import ClippedPGLossConfig
+from mcore_grpo.grpo.schema import ConfigError, RunConfig, validate
 
 PRESET_PACKAGE = "mcore_grpo.presets"
 DEFAULT_PRESET = "cpu-tiny"
-
-
-class ConfigError(ValueError):
-    """A run config that cannot be used; the message names the key and the fix."""
-
-
-@dataclass
-class GRPOSection:
-    """``grpo.*``: the algorithm's batch shape and advantage settings."""
-
-    num_prompts_per_step: int = 8
-    num_generations_per_prompt: int = 8
-    max_num_steps: int = 40
-    normalize_rewards: bool = True
-    use_leave_one_out_baseline: bool = True
-    seed: int = 42
-
-
-@dataclass
-class MCoreGenerationSection:
-    """``policy.generation.mcore_generation_config.*``: megatron-core inference engine (GPU)."""
-
-    unified_memory_level: int = 0
-    kv_cache_management_mode: str = "persist"
-    reset_cuda_graphs: bool = False
-    cuda_graph_impl: str = "none"
-    buffer_size_gb: float = 10.0
-
-
-@dataclass
-class GenerationSection:
-    """``policy.generation.*``: sampling."""
-
-    backend: str = "megatron"
-    max_new_tokens: int = 2
-    temperature: float = 1.0
-    top_p: float = 1.0
-    # None: the task's end-of-sequence token.
-    stop_token_ids: list[int] | None = None
-    mcore_generation_config: MCoreGenerationSection = field(default_factory=MCoreGenerationSection)
-
-
-@dataclass
-class OptimizerSection:
-    """``policy.megatron_cfg.optimizer.*`` (megatron-core Adam)."""
-
-    optimizer: str = "adam"
-    lr: float = 1.0e-3
-    weight_decay: float = 0.0
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    adam_eps: float = 1.0e-8
-    use_distributed_optimizer: bool = True
-
-
-@dataclass
-class DDPSection:
-    """``policy.megatron_cfg.distributed_data_parallel_config.*``."""
-
-    overlap_grad_reduce: bool = False
-    overlap_param_gather: bool = False
-    grad_reduce_in_fp32: bool = True
-
-
-@dataclass
-class MegatronSection:
-    """``policy.megatron_cfg.*``: parallelism and the training-side megatron settings."""
-
-    tensor_model_parallel_size: int = 1
-    pipeline_model_parallel_size: int = 1
-    context_parallel_size: int = 1
-    expert_model_parallel_size: int = 1
-    expert_tensor_parallel_size: int = 1
-    sequence_parallel: bool = False
-    optimizer: OptimizerSection = field(default_factory=OptimizerSection)
-    distributed_data_parallel_config: DDPSection = field(default_factory=DDPSection)
-
-
-@dataclass
-class TinyModelSection:
-    """``policy.tiny_model.*``: the GPT built from scratch when ``model_name: tiny-gpt``."""
-
-    num_layers: int = 2
-    hidden_size: int = 64
-    num_attention_heads: int = 4
-    ffn_hidden_size: int = 128
-
-
-@dataclass
-class PolicySection:
-    """``policy.*``: the model, its batch sizes and where it runs."""
-
-    model_name: str = "tiny-gpt"
-    device: str = "cpu"
-    precision: str = "float32"
-    train_global_batch_size: int = 64
-    train_micro_batch_size: int = 16
-    logprob_batch_size: int = 16
-    max_total_sequence_length: int = 16
-    max_grad_norm: float = 1.0
-    tiny_model: TinyModelSection = field(default_factory=TinyModelSection)
-    generation: GenerationSection = field(default_factory=GenerationSection)
-    megatron_cfg: MegatronSection = field(default_factory=MegatronSection)
-
-
-@dataclass
-class TaskSection:
-    """``task.*``: the verifiable task (see `mcore_grpo.grpo.task`)."""
-
-    name: str = "digit-add"
-    max_addend: int = 1
-
-
-@dataclass
-class ClusterSection:
-    """``cluster.*``: what a GPU preset needs (documentation and a check, not a scheduler)."""
-
-    gpus_per_node: int = 0
-    num_nodes: int = 1
-
-
-@dataclass
-class CheckpointingSection:
-    """``checkpointing.*``: a checkpoint is written at the end of the run (and every N steps)."""
-
-    enabled: bool = True
-    save_period: int = 0
-
-
-@dataclass
-class RunConfig:
-    """The whole run config."""
-
-    grpo: GRPOSection = field(default_factory=GRPOSection)
-    loss_fn: ClippedPGLossConfig = field(default_factory=ClippedPGLossConfig)
-    policy: PolicySection = field(default_factory=PolicySection)
-    task: TaskSection = field(default_factory=TaskSection)
-    cluster: ClusterSection = field(default_factory=ClusterSection)
-    checkpointing: CheckpointingSection = field(default_factory=CheckpointingSection)
-
-    @property
-    def samples_per_step(self) -> int:
-        """Sequences generated (and trained on) per GRPO step."""
-        return self.grpo.num_prompts_per_step * self.grpo.num_generations_per_prompt
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain nested dict (for YAML dumps, checkpoints and logs)."""
-        return dataclasses.asdict(self)
 
 
 def _is_dataclass_type(tp: Any) -> bool:
@@ -386,64 +235,6 @@ def load_config(
     config = _build(RunConfig, data, "", f"{where} + overrides" if overrides else where)
     validate(config)
     return config
-
-
-def validate(config: RunConfig) -> None:
-    """Cross-field checks, each naming the keys to change."""
-    g, p = config.grpo, config.policy
-    for key, value in (
-        ("grpo.num_prompts_per_step", g.num_prompts_per_step),
-        ("grpo.num_generations_per_prompt", g.num_generations_per_prompt),
-        ("grpo.max_num_steps", g.max_num_steps),
-        ("policy.train_global_batch_size", p.train_global_batch_size),
-        ("policy.train_micro_batch_size", p.train_micro_batch_size),
-        ("policy.logprob_batch_size", p.logprob_batch_size),
-        ("policy.generation.max_new_tokens", p.generation.max_new_tokens),
-    ):
-        if value < 1:
-            raise ConfigError(f"{key}={value}: must be >= 1")
-    if g.num_generations_per_prompt < 2:
-        raise ConfigError(
-            "grpo.num_generations_per_prompt must be >= 2: GRPO's advantage compares the "
-            "samples of one prompt"
-        )
-    if config.samples_per_step % p.train_global_batch_size:
-        raise ConfigError(
-            f"grpo.num_prompts_per_step * grpo.num_generations_per_prompt = "
-            f"{config.samples_per_step} samples per step is not a multiple of "
-            f"policy.train_global_batch_size={p.train_global_batch_size}"
-        )
-    if p.device not in ("cpu", "cuda"):
-        raise ConfigError(f"policy.device={p.device!r}: use 'cpu' or 'cuda'")
-    if not 0 < p.generation.top_p <= 1:
-        raise ConfigError(f"policy.generation.top_p={p.generation.top_p}: must be in (0, 1]")
-    if p.generation.temperature <= 0:
-        raise ConfigError(f"policy.generation.temperature={p.generation.temperature}: must be > 0")
-
-
-def check_data_parallel(config: RunConfig, world_size: int) -> int:
-    """Data-parallel size for `world_size` workers; errors name the keys to change."""
-    mc = config.policy.megatron_cfg
-    model_parallel = mc.tensor_model_parallel_size * mc.pipeline_model_parallel_size
-    if world_size % model_parallel:
-        raise ConfigError(
-            f"--workers {world_size} is not a multiple of policy.megatron_cfg."
-            f"tensor_model_parallel_size * pipeline_model_parallel_size = {model_parallel}"
-        )
-    dp = world_size // model_parallel
-    per_rank = config.policy.train_global_batch_size / dp
-    if per_rank != int(per_rank) or int(per_rank) % config.policy.train_micro_batch_size:
-        raise ConfigError(
-            f"policy.train_global_batch_size={config.policy.train_global_batch_size} must "
-            f"split into data-parallel size {dp} x whole microbatches of "
-            f"policy.train_micro_batch_size={config.policy.train_micro_batch_size}"
-        )
-    if config.samples_per_step % dp:
-        raise ConfigError(
-            f"{config.samples_per_step} samples per step do not split evenly over "
-            f"data-parallel size {dp}"
-        )
-    return dp
 
 
 def dump_yaml(config: RunConfig) -> str:

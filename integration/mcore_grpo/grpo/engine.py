@@ -16,8 +16,8 @@ import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from mcore_grpo.grpo.config import RunConfig
 from mcore_grpo.grpo.rank import PolicyRank, TaskTokens
+from mcore_grpo.grpo.schema import RunConfig
 
 
 class WorkerFailed(RuntimeError):

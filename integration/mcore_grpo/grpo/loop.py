@@ -26,10 +26,11 @@ import torch
 
 from mcore_grpo.grpo import checkpoint
 from mcore_grpo.grpo.advantages import group_advantages
-from mcore_grpo.grpo.config import RunConfig, check_data_parallel, dump_yaml
+from mcore_grpo.grpo.config import dump_yaml
 from mcore_grpo.grpo.engine import Engine
 from mcore_grpo.grpo.metrics import MetricsWriter, plot_metrics, read_metrics, step_line
 from mcore_grpo.grpo.rank import GroupSpec
+from mcore_grpo.grpo.schema import RunConfig, check_data_parallel
 from mcore_grpo.grpo.task import DigitAddTask, Problem
 
 log = logging.getLogger("mcore_grpo")

@@ -19,8 +19,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from mcore_grpo.grpo.config import RunConfig
 from mcore_grpo.grpo.loss import ClippedPGLossConfig, calculate_kl, clipped_pg_loss
+from mcore_grpo.grpo.schema import RunConfig
 from mcore_grpo.train_step import LossSumFn
 
 # How long a collective may wait for a peer before gloo gives up (the driver normally

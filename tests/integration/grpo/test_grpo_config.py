@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 from mcore_grpo.cli import main
-from mcore_grpo.grpo.config import ConfigError, check_data_parallel, load_config, preset_names
+from mcore_grpo.grpo.config import load_config, preset_names
+from mcore_grpo.grpo.schema import ConfigError, check_data_parallel
 from mcore_grpo.grpo.task import DigitAddTask, build_task, score_response
 
 
