@@ -67,20 +67,27 @@ def test_worker_raising_at_step_2_ends_run_promptly(tmp_path: Path, short: list[
     env = dict(os.environ, MCORE_GRPO_INJECT_FAILURE="1:2")
     cmd = [sys.executable, "-m", "mcore_grpo.cli", "--workers", "2", "--no-progress"]
     cmd += ["--output-dir", str(tmp_path / "run"), *short]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    # stderr goes to a file, not a pipe: Ray and megatron-core write a lot there, and a full pipe
+    # nobody reads would block the run before it prints step 1.
+    stderr_path = tmp_path / "stderr.txt"
+    with stderr_path.open("w") as stderr_file:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr_file, text=True, env=env)
     assert proc.stdout is not None
     step1_at = None
     for line in proc.stdout:
         if line.startswith("step   1/"):
             step1_at = time.monotonic()
             break
-    assert step1_at is not None, "the run never finished step 1"
+    if step1_at is None:
+        proc.wait(timeout=60)
+        pytest.fail(f"the run never finished step 1:\n{stderr_path.read_text()[-3000:]}")
     try:
-        _, stderr = proc.communicate(timeout=60)
+        proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:
         proc.kill()
         pytest.fail("the run hung after a worker failed")
     elapsed = time.monotonic() - step1_at
+    stderr = stderr_path.read_text()
     assert proc.returncode == 1
     assert "worker rank 1 failed in generate" in stderr
     assert "injected failure in generate at step 2 on rank 1" in stderr
