@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -31,25 +31,27 @@ from mcore_grpo.process_group_rebind import GroupSnapshot, rebind_groups
 from mcore_grpo.reference import ReferencePolicy
 from mcore_grpo.train_step import LossSumFn, SplitTrainStep
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
+EntryPoint = Callable[Concatenate["MegatronPolicyWorker", P], R]
 CudaGraphToggle = Callable[[torch.nn.Module, str], None]
 
 T, LP, GEN, OFF = Phase.TRAINING, Phase.LOGPROB_INFERENCE, Phase.GENERATION, Phase.OFFLOADED
 ON_DEVICE = (T, LP, GEN)
 
 
-def _entry(*allowed: Phase) -> Callable[[F], F]:
+def _entry(*allowed: Phase) -> Callable[[EntryPoint[P, R]], EntryPoint[P, R]]:
     """Entry point: check the phase, then run inside the CPU redirects (when configured)."""
 
-    def wrap(method: F) -> F:
+    def wrap(method: EntryPoint[P, R]) -> EntryPoint[P, R]:
         @functools.wraps(method)
-        def run(self: MegatronPolicyWorker, *args: Any, **kwargs: Any) -> Any:
+        def run(self: MegatronPolicyWorker, *args: P.args, **kwargs: P.kwargs) -> R:
             if allowed:
                 self.guard.require(method.__name__, *allowed)
             with cpu_device(self.config.device):
                 return method(self, *args, **kwargs)
 
-        return run  # type: ignore[return-value]
+        return run
 
     return wrap
 

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from mcore_grpo import loss as grpo_loss
-from mcore_grpo.config import DDPConfig, LossConfig, OptimizerSettings, WorkerConfig
+from mcore_grpo.config import DDPConfig, LossConfig, LossLevel, OptimizerSettings, WorkerConfig
 from mcore_grpo.cpu import cpu_device
 from mcore_grpo.forward import next_token_logprobs, policy_logits
 from mcore_grpo.model import build_gpt
@@ -24,7 +24,11 @@ SEQ = 10
 
 
 def tiny_config(
-    level: str = "token", overlap: bool = True, clip: float = 0.0, mbs: int = 2, eps: float = 1.0
+    level: LossLevel = "token",
+    overlap: bool = True,
+    clip: float = 0.0,
+    mbs: int = 2,
+    eps: float = 1.0,
 ) -> WorkerConfig:
     """Tiny fp32 GPT, distributed optimizer (Adam only), overlap flags as asked, no clipping.
 
@@ -41,7 +45,7 @@ def tiny_config(
             bucket_size=4000,
         ),
         optimizer=OptimizerSettings(lr=1e-2, clip_grad=clip, adam_eps=eps),
-        loss=LossConfig(level=level),  # type: ignore[arg-type]
+        loss=LossConfig(level=level),
     )
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 from mcore_grpo.comm_volume import count_gradient_reductions
+from mcore_grpo.config import LossLevel
 from mcore_grpo.cpu import cpu_device
 from mcore_grpo.loss import Batch
 from mcore_grpo.model import sync_params
@@ -28,7 +29,7 @@ from tests.support.ports import free_port
 TOL = 1e-6
 
 
-def _parity(level: str, overlap: bool, k: int) -> dict[str, float]:
+def _parity(level: LossLevel, overlap: bool, k: int) -> dict[str, float]:
     """Split step over k chunks vs one-shot train vs plain PyTorch, on this rank's DP slice."""
     import torch.distributed as dist
 
@@ -126,7 +127,7 @@ def _check(res: dict[str, float]) -> None:
 
 @pytest.mark.parametrize("level", ["token", "sequence"])
 @pytest.mark.parametrize("overlap", [True, False])
-def test_parity_dp1(world1: None, level: str, overlap: bool) -> None:
+def test_parity_dp1(world1: None, level: LossLevel, overlap: bool) -> None:
     _check(_parity(level, overlap, k=3))
 
 
