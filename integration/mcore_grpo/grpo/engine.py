@@ -83,6 +83,11 @@ class RayEngine:
         fail_at_rank: int | None = None,
         fail_at_step: int | None = None,
     ) -> None:
+        # The actors run this driver's own interpreter (the project venv). Ray's default
+        # `uv run` integration would instead re-launch workers through an ancestor `uv run`
+        # (e.g. `uv run pytest`) from another working directory, where they find no ray
+        # ("No module named 'ray'"). Read by ray at import, so set before the first import.
+        os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
         import ray
 
         self.world_size = world_size
