@@ -31,6 +31,7 @@ from .sources import (
     PIN_REF,
     STANDIN,
     Downloader,
+    Source,
     checkout_dir,
     detect_source,
     ensure_source,
@@ -94,6 +95,14 @@ def _head(repo: Path) -> tuple[str, str]:
 
 def _ref(repo: Path, ref: str) -> str:
     return git_text(["rev-parse", "-q", "--verify", ref], repo, check=False)
+
+
+def _refs(repo: Path, names: tuple[str, ...]) -> dict[str, str]:
+    """Several refs in one git call ('' for the absent ones)."""
+    out = git_text(["for-each-ref", "--format=%(refname) %(objectname)", *names], repo)
+    pairs = (line.split(" ", 1) for line in out.splitlines() if line)
+    found = {name: sha for name, sha in pairs}
+    return {name: found.get(name, "") for name in names}
 
 
 def is_noop(repo: Path, digest: str) -> bool:
@@ -232,8 +241,11 @@ def run_am(repo: Path, up: Upstream, series_dir: Path, series: Series, pin: str)
 
 def refuse_in_progress(repo: Path, up: Upstream) -> None:
     """A `git am` or rebase someone left in the checkout is their work: never abort it for them."""
-    for name in ("rebase-apply", "rebase-merge"):
-        state = Path(git_text(["rev-parse", "--git-path", name], repo))
+    names = ("rebase-apply", "rebase-merge")
+    args = [arg for name in names for arg in ("--git-path", name)]
+    paths = git_text(["rev-parse", *args], repo).splitlines()
+    for name, path in zip(names, paths, strict=True):
+        state = Path(path)
         if (state if state.is_absolute() else repo / state).exists():
             raise PatchToolError(
                 f"{up.path}: a git am/rebase is in progress ({name}); finish it or abort it "
@@ -261,10 +273,9 @@ def _restore(repo: Path, ref: str, head: str, refs: dict[str, str], stash: str) 
         git(["stash", "pop", "--index", "-q"], repo)
 
 
-def retire_proxy_if_exact(root: Path, up: Upstream) -> str:
+def retire_proxy_if_exact(root: Path, up: Upstream, source: Source) -> str:
     """A proxy is never used when the exact source is available: remove a proxy stand-in
     (only tool-made state) when the URL answers, so the clone replaces it; returns a note."""
-    source = detect_source(root, up)
     if not source.proxy:
         return ""
     ok, _ = url_answers(root, up)
@@ -296,10 +307,13 @@ def apply_upstream(
     check_safe_paths(up, series, None)
     repo = checkout_dir(root, up)
     digest = series_digest(up, series_dir, series)
-    retired = retire_proxy_if_exact(root, up) if is_repo(repo) else ""
-    if is_repo(repo) and is_noop(repo, digest):
+    detected = detect_source(root, up) if is_repo(repo) else None
+    retired = retire_proxy_if_exact(root, up, detected) if detected else ""
+    if retired:
+        detected = None
+    if detected and is_noop(repo, digest):
         head = _ref(repo, "HEAD")
-        source = detect_source(root, up)
+        source = detected
         if source.proxy:
             checks = check_series(repo, source.pin, series)
             return _proxy_outcome(up, source.spec, checks, "unchanged", "already applied", head)
@@ -310,7 +324,7 @@ def apply_upstream(
             len(series),
             head,
         )
-    source = ensure_source(root, up, downloader)
+    source = ensure_source(root, up, downloader, detected=detected)
     if source.kind == MISSING:
         return Outcome(
             up.name,
@@ -329,15 +343,15 @@ def apply_upstream(
     saved = guard_branch(repo, up, source.pin, force)
     stash = refuse_or_stash(repo, up, force, "apply")
     ref, head = _head(repo)
-    refs = {name: _ref(repo, name) for name in (BRANCH_REF, APPLIED_REF, PIN_REF)}
+    refs = _refs(repo, (BRANCH_REF, APPLIED_REF, PIN_REF))
     try:
         git(["checkout", "-q", "--detach", source.pin], repo)
         run_am(repo, up, series_dir, series, source.pin)
         new_head = git_text(["rev-parse", "HEAD"], repo)
-        git(["update-ref", "-m", "tools/patches apply", BRANCH_REF, new_head], repo)
+        updates = f"update {BRANCH_REF} {new_head}\nupdate {APPLIED_REF} {new_head}\n"
+        updates += f"update {PIN_REF} {source.pin}\n"
+        git(["update-ref", "-m", "tools/patches apply", "--stdin"], repo, input=updates)
         git(["symbolic-ref", "HEAD", BRANCH_REF], repo)
-        git(["update-ref", APPLIED_REF, new_head], repo)
-        git(["update-ref", PIN_REF, source.pin], repo)
         git(["config", DIGEST_KEY, digest], repo)
     except BaseException:
         _restore(repo, ref, head, refs, stash)

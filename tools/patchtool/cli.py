@@ -1,53 +1,64 @@
 """`tools/patches <command>`: argparse over a registry of subcommands.
 
-A new command is one module defining a `Command` plus one line in `COMMANDS` below. Every
-PatchToolError becomes one `error: ...` line on stderr and a non-zero exit.
+A new command is one module defining a `Command` plus one line in `COMMANDS` below. Only the
+module of the command being run is imported, so each command starts with just its own imports
+(`apply` is measured against plain `git am`). Every PatchToolError becomes one `error: ...`
+line on stderr and a non-zero exit.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
-from . import (
-    check_pins,
-    cmd_apply,
-    lint,
-    open_pr,
-    pin,
-    rebase_cmd,
-    set_status,
-    status,
-    upstream_check,
-    verify,
-)
-from . import export as export_cmd
 from .command import Command
 from .errors import PatchToolError
 
-COMMANDS: list[Command] = [
-    cmd_apply.APPLY,
-    cmd_apply.RESET,
-    status.STATUS,
-    lint.LINT,
-    export_cmd.EXPORT,
-    rebase_cmd.REBASE,
-    open_pr.OPEN_PR,
-    set_status.SET_STATUS,
-    check_pins.CHECK_PINS,
-    pin.PIN,
-    verify.VERIFY,
-    upstream_check.UPSTREAM_CHECK,
-]
+# command name -> (module in this package, its Command attribute), in --help order.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "apply": ("cmd_apply", "APPLY"),
+    "reset": ("cmd_apply", "RESET"),
+    "status": ("status", "STATUS"),
+    "lint": ("lint", "LINT"),
+    "export": ("export", "EXPORT"),
+    "rebase": ("rebase_cmd", "REBASE"),
+    "open-pr": ("open_pr", "OPEN_PR"),
+    "set-status": ("set_status", "SET_STATUS"),
+    "check-pins": ("check_pins", "CHECK_PINS"),
+    "pin": ("pin", "PIN"),
+    "verify": ("verify", "VERIFY"),
+    "upstream-check": ("upstream_check", "UPSTREAM_CHECK"),
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def load(name: str) -> Command:
+    module, attr = COMMANDS[name]
+    command = getattr(importlib.import_module(f".{module}", __package__), attr)
+    assert isinstance(command, Command) and command.name == name
+    return command
+
+
+def _chosen(argv: list[str]) -> str | None:
+    """The command named on the command line (skipping --root's value), if any."""
+    args = iter(argv)
+    for arg in args:
+        if arg == "--root":
+            next(args, None)
+        elif arg in COMMANDS:
+            return arg
+    return None
+
+
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tools/patches", description="Pinned upstreams and their patch series."
     )
     parser.add_argument("--root", help="superproject root (default: this repository)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in COMMANDS:
+    chosen = _chosen(argv)
+    for name in COMMANDS if chosen is None else [chosen]:
+        command = load(name)
         child = sub.add_parser(command.name, help=command.help, description=command.help)
         command.configure(child)
         child.set_defaults(run=command.run)
@@ -55,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
     try:
         return int(args.run(args))
     except PatchToolError as exc:

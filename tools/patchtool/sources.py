@@ -237,9 +237,18 @@ def materialise_standin(root: Path, up: Upstream, downloader: Downloader) -> Sou
     return detect_source(root, up)
 
 
-def ensure_source(root: Path, up: Upstream, downloader: Downloader = pip_download) -> Source:
-    """Make sure the checkout exists: submodule first, then the stand-in; else MISSING."""
-    source = detect_source(root, up)
+def ensure_source(
+    root: Path,
+    up: Upstream,
+    downloader: Downloader = pip_download,
+    *,
+    detected: Source | None = None,
+) -> Source:
+    """Make sure the checkout exists: submodule first, then the stand-in; else MISSING.
+
+    `detected` is the caller's `detect_source` result for the same checkout, if it has one.
+    """
+    source = detected or detect_source(root, up)
     if source.kind == STANDIN:
         want = spec_of(up.standin) if up.standin else ""
         if want and source.spec == want and source.pin:
