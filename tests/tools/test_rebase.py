@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.network import pypi_reachable
 from tests.tools.repos import (
     commit,
     init_repo,
@@ -448,16 +449,6 @@ def test_standin_commit_is_deterministic(tmp_path: Path, upstream: Path) -> None
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def _pypi_reachable() -> bool:
-    import socket
-
-    try:
-        socket.create_connection(("pypi.org", 443), timeout=5).close()
-    except OSError:
-        return False
-    return True
-
-
 def _superproject_rev_pinned_at(tag: str) -> str | None:
     """The last commit of this repository whose manifest pinned Megatron-LM at `tag`."""
     log = subprocess.run(
@@ -505,7 +496,7 @@ def test_real_megatron_series_onto_core_0_17_0_standin(tmp_path: Path) -> None:
     entries = read_series(series_dir / "series")
     cache = REPO_ROOT / ".cache/standins"
     have = all((cache / f"megatron-core-{v}").is_dir() for v in ("0.16.1", "0.17.0"))
-    if not have and not _pypi_reachable():
+    if not have and not pypi_reachable():
         pytest.skip("pypi.org unreachable and no cached megatron-core 0.16.1/0.17.0 archives")
     cache.mkdir(parents=True, exist_ok=True)
     (root / ".cache").symlink_to(REPO_ROOT / ".cache")  # share downloaded archives

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.network import pypi_reachable
 from tests.tools.sandbox import REPO_ROOT, UNREACHABLE, Sandbox, lines, run, sdist_downloader
 from tools.patchtool.apply import apply_upstream
 from tools.patchtool.errors import PatchToolError
@@ -99,17 +99,9 @@ def test_cli_error_is_one_line(sandbox: Sandbox) -> None:
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: unknown upstream Nope")
 
 
-def _pypi_reachable() -> bool:
-    try:
-        socket.create_connection(("pypi.org", 443), timeout=5).close()
-    except OSError:
-        return False
-    return True
-
-
 @pytest.mark.slow
 def test_real_megatron_core_standin_from_pypi(sandbox: Sandbox) -> None:
-    if not _pypi_reachable():
+    if not pypi_reachable():
         pytest.skip("pypi.org:443 unreachable: the real stand-in download cannot run here")
     real = load_manifest(REPO_ROOT).upstreams["Megatron-LM"]
     assert real.standin is not None
