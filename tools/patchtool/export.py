@@ -165,33 +165,41 @@ def _has_branch(root: Path, up: Upstream) -> bool:
     )
 
 
+def _why_not_exportable(
+    root: Path, up: Upstream, count: int, check: bool
+) -> tuple[str, bool] | None:
+    """(line to print instead of exporting `up`, whether that leaves patches unverified), or
+    None when its patched branch can be exported."""
+    if not _has_branch(root, up):
+        if not count:
+            return f"{up.name}: empty series, nothing to export", False
+        if check:
+            return (
+                f"{up.name}: {count} patches NOT verified: no branch {BRANCH} in {up.path} "
+                f"(run tools/patches apply {up.name} first)"
+            ), True
+    source = detect_source(root, up)
+    if source.proxy:
+        # The proxy's pre-images are not the pin's: an export from it would rewrite the patch
+        # for the wrong base. Byte-exactness is checked where the pinned source is.
+        return (
+            f"{up.name}: {count} patches NOT export-checked: the checkout is a PROXY "
+            f"({source.detail}); export needs the pinned source"
+        ), True
+    return None
+
+
 def _run(args: argparse.Namespace) -> int:
     root = root_of(args)
     manifest = load_manifest(root)
     code = 0
     for up in manifest.select(args.upstreams):
         entries = read_series(root / up.series_dir / SERIES_FILE)
-        if not _has_branch(root, up):
-            if not entries:
-                print(f"{up.name}: empty series, nothing to export")
-                continue
-            if args.check:
-                print(
-                    f"{up.name}: {len(entries)} patches NOT verified: no branch {BRANCH} in "
-                    f"{up.path} (run tools/patches apply {up.name} first)"
-                )
-                if code == 0 and not args.allow_missing:
-                    code = EXIT_NOT_VERIFIED
-                continue
-        source = detect_source(root, up)
-        if source.proxy:
-            # The proxy's pre-images are not the pin's: an export from it would rewrite the
-            # patch for the wrong base. Byte-exactness is checked where the pinned source is.
-            print(
-                f"{up.name}: {len(entries)} patches NOT export-checked: the checkout is a "
-                f"PROXY ({source.detail}); export needs the pinned source"
-            )
-            if code == 0 and not args.allow_missing:
+        skip = _why_not_exportable(root, up, len(entries), args.check)
+        if skip is not None:
+            line, unverified = skip
+            print(line)
+            if unverified and code == 0 and not args.allow_missing:
                 code = EXIT_NOT_VERIFIED
             continue
         fresh = export_upstream(root, up)
