@@ -11,11 +11,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from tools.patchtool.verify import tree_env_var
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def tree_env_var(upstream: str) -> str:
-    return "PATCHTOOL_TREE_" + upstream.upper().replace("-", "_")
 
 
 def upstream_tree(upstream: str) -> Path:

@@ -225,6 +225,11 @@ def verify_upstream(root: Path, up: Upstream, python: Path, progress: bool) -> l
     return proofs
 
 
+def tree_env_var(upstream: str) -> str:
+    """The variable naming the tree a tripwire should read instead of 3rdparty/<upstream>."""
+    return "PATCHTOOL_TREE_" + upstream.upper().replace("-", "_")
+
+
 def tree_env(upstream: str, tree: Path) -> dict[str, str]:
     """Environment that points a patch's tests at `tree` instead of 3rdparty/<upstream>.
 
@@ -233,8 +238,7 @@ def tree_env(upstream: str, tree: Path) -> dict[str, str]:
     (tests/support/upstream_tree.py).
     """
     paths = [str(tree), str(tree / "src"), os.environ.get("PYTHONPATH", "")]
-    var = "PATCHTOOL_TREE_" + upstream.upper().replace("-", "_")
-    return {"PYTHONPATH": os.pathsep.join(p for p in paths if p), var: str(tree)}
+    return {"PYTHONPATH": os.pathsep.join(p for p in paths if p), tree_env_var(upstream): str(tree)}
 
 
 def full_tree(scratch: Path, dest: Path) -> Path:

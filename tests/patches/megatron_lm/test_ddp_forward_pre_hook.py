@@ -144,6 +144,16 @@ def _spy_param_sync(ddp: Any, monkeypatch: pytest.MonkeyPatch) -> list[dict[str,
     return calls
 
 
+def _attach_stand_in_managers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """One stand-in `cudagraph_manager` per transformer layer, as toggle_cuda_graphs("local")."""
+    managers: list[torch.nn.Module] = []
+    for layer in _transformer_layers(model):
+        manager = StandInCudaGraphManager()
+        layer.cudagraph_manager = manager
+        managers.append(manager)
+    return managers
+
+
 def test_disable_after_cudagraph_managers_removed(
     mcore_device: str,
     forget_cuda_graph_cache: list[torch.nn.Module],
@@ -152,11 +162,7 @@ def test_disable_after_cudagraph_managers_removed(
     """Hooks enabled while cudagraph_manager submodules exist; managers deleted; disable."""
     model = _tiny_gpt(mcore_device)
     forget_cuda_graph_cache.append(model)
-    managers: list[torch.nn.Module] = []
-    for layer in _transformer_layers(model):
-        manager = StandInCudaGraphManager()
-        layer.cudagraph_manager = manager
-        managers.append(manager)
+    managers = _attach_stand_in_managers(model)
     ddp = _wrap_ddp(model)  # enables the forward pre-hooks, managers included
     assert all(_ddp_hooks(m) for m in managers)
 
@@ -180,11 +186,7 @@ def test_grpo_order_toggle_then_weight_swap(
     """Generation toggles CUDA graphs on and off, then the reference swap disables hooks."""
     model = _tiny_gpt(mcore_device)
     forget_cuda_graph_cache.append(model)
-    managers: list[torch.nn.Module] = []
-    for layer in _transformer_layers(model):
-        manager = StandInCudaGraphManager()
-        layer.cudagraph_manager = manager
-        managers.append(manager)
+    managers = _attach_stand_in_managers(model)
     _toggle(model, "none")  # training runs without CUDA graphs
     ddp = _wrap_ddp(model)
     policy_logits = _forward(ddp, mcore_device)
