@@ -135,3 +135,42 @@ def test_synced_venv_imports_megatron_core_from_the_checkout() -> None:
         pytest.skip("megatron-core is not installed in this interpreter (run under `uv run`)")
     expected = (REPO_ROOT / "3rdparty" / "Megatron-LM").resolve()
     assert Path(spec.origin).resolve().is_relative_to(expected), spec.origin
+
+
+def _drop_blob(repo: Path, rev_path: str) -> None:
+    """Delete one loose blob, as a mirror that lacks large blobs does: clones fail at checkout."""
+    blob = run(repo, "rev-parse", rev_path)
+    (repo / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
+
+
+def test_failed_clone_is_rolled_back_and_the_standin_takes_its_place(sandbox: Sandbox) -> None:
+    repo, pin = sandbox.upstream("Up", {"src/pkg/mod.py": lines(30), "big.gif": "gif\n"})
+    patch = sandbox.make_patch(
+        repo, pin, {"src/pkg/mod.py": lines(30).replace("line 20\n", "line twenty\n")}, "Fix"
+    )
+    _drop_blob(repo, f"{pin}:big.gif")
+    sandbox.add("Up", str(repo), pin, STANDIN_SPEC, clone=False)
+    sandbox.set_series("Up", {"fix.patch": patch})
+    up = load_manifest(sandbox.root).upstreams["Up"]
+    downloader = sdist_downloader({"pkg/mod.py": lines(30)})
+    outcome = apply_upstream(sandbox.root, up, downloader=downloader)
+    assert outcome.state == "applied", outcome.message
+    assert detect_source(sandbox.root, up).kind == STANDIN
+    # The half-cloned repository is gone: nothing but the stand-in remains.
+    assert not (sandbox.root / ".git" / "modules" / "3rdparty" / "Up").exists()
+    checkout = sandbox.root / "3rdparty/Up"
+    assert not (checkout / "big.gif").exists()
+    assert "line twenty" in (checkout / "src/pkg/mod.py").read_text()
+
+
+def test_failed_clone_into_foreign_files_keeps_them_and_says_why(sandbox: Sandbox) -> None:
+    repo, pin = sandbox.upstream("Up", {"src/pkg/mod.py": lines(3), "big.gif": "gif\n"})
+    _drop_blob(repo, f"{pin}:big.gif")
+    sandbox.add("Up", str(repo), pin, STANDIN_SPEC, clone=False)
+    mine = sandbox.root / "3rdparty/Up/notes.txt"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("my work\n")
+    up = load_manifest(sandbox.root).upstreams["Up"]
+    with pytest.raises(PatchToolError, match=r"git submodule update failed .*needs an empty"):
+        apply_upstream(sandbox.root, up, downloader=sdist_downloader({"pkg/mod.py": lines(3)}))
+    assert mine.read_text() == "my work\n"

@@ -108,14 +108,54 @@ def url_answers(root: Path, up: Upstream) -> tuple[bool, str]:
     return ok, "" if ok else f"{up.url} unreachable ({why})"
 
 
+def _module_gitdir(root: Path, up: Upstream) -> Path:
+    """Where `git submodule update` keeps this submodule's repository (.git/modules/<name>)."""
+    names = git_text(
+        ["config", "-f", ".gitmodules", "--get-regexp", r"^submodule\..*\.path$"], root, check=False
+    )
+    name = up.path
+    for line in names.splitlines():
+        key, _, value = line.partition(" ")
+        if value == up.path:
+            name = key[len("submodule.") : -len(".path")]
+    return Path(git_text(["rev-parse", "--path-format=absolute", "--git-common-dir"], root)) / (
+        "modules/" + name
+    )
+
+
+def _discard_failed_clone(repo: Path, gitdir: Path, gitdir_existed: bool) -> None:
+    """Undo what a failed `submodule update` left behind in a checkout that was empty before.
+
+    A clone that fails at checkout (e.g. a mirror missing some blobs) leaves a half-written work
+    tree; removing it lets the release stand-in take its place. Nothing existed there before,
+    so nothing is lost.
+    """
+    if repo.exists():
+        shutil.rmtree(repo)
+    repo.mkdir(parents=True)
+    if not gitdir_existed and gitdir.exists():
+        shutil.rmtree(gitdir)
+
+
 def try_submodule(root: Path, up: Upstream) -> tuple[bool, str]:
-    """`git submodule update --init` if the URL (or its insteadOf mirror) answers fast."""
+    """`git submodule update --init` if the URL (or its insteadOf mirror) answers fast.
+
+    A failed attempt on a path that was empty is rolled back, so the stand-in can take its place.
+    """
     ok, why = url_answers(root, up)
     if not ok:
         return False, why
+    repo = checkout_dir(root, up)
+    fresh = not repo.exists() or not any(repo.iterdir())
+    gitdir = _module_gitdir(root, up)
+    gitdir_existed = gitdir.exists()
     args = ["submodule", "update", "--init", "--checkout", "--", up.path]
     ok, why = _run_git_timeout(args, root, CLONE_TIMEOUT_S)
-    return ok, "" if ok else f"git submodule update failed ({why})"
+    if ok:
+        return True, ""
+    if fresh:
+        _discard_failed_clone(repo, gitdir, gitdir_existed)
+    return False, f"git submodule update failed ({why})"
 
 
 def _python_with_pip() -> str:
@@ -222,7 +262,7 @@ def materialise_standin(root: Path, up: Upstream, downloader: Downloader) -> Sou
         f"(sha256 {digest}) laid out at their repository paths, standing in for\n"
         f"{up.tag or 'commit'} = {up.commit}"
         f"{' (nearest release: a proxy, not the pinned commit)' if standin.proxy else ''}.\n"
-        f"Made by tools/patches because the submodule URL was unreachable.\n\n"
+        f"Made by tools/patches because the submodule could not be cloned.\n\n"
         f"Patchtool-Standin: {spec}\nStands-In-For: {up.url} {up.commit}\n"
     )
     git(["init", "-q"], repo)
@@ -271,6 +311,12 @@ def ensure_source(
             f"url.<path-to-clone>.insteadOf {up.url} && git submodule update --init {up.path}"
         )
         return Source(MISSING, "", f"{why}; no release stand-in exists. Fix: {fix}")
+    repo = checkout_dir(root, up)
+    if repo.exists() and any(repo.iterdir()):
+        raise PatchToolError(
+            f"{up.path}: {why}; the release stand-in needs an empty {up.path}, which holds other "
+            "files: fix the checkout, or move it away and re-run"
+        )
     try:
         return materialise_standin(root, up, downloader)
     except GitError as exc:
