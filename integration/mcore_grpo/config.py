@@ -81,6 +81,10 @@ class WorkerConfig:
     ddp: DDPConfig = field(default_factory=DDPConfig)
     optimizer: OptimizerSettings = field(default_factory=OptimizerSettings)
     loss: LossConfig = field(default_factory=LossConfig)
+    # The sampling temperature. The logprob and training forwards divide the logits by it too
+    # (NeMo-RL's `apply_temperature_scaling`), so the ratio and KL compare the distribution the
+    # tokens were sampled from, not the T=1 one.
+    temperature: float = 1.0
 
     def validate(self) -> WorkerConfig:
         """Reject configurations the worker cannot run, naming the field to change."""
@@ -99,6 +103,11 @@ class WorkerConfig:
             raise ValueError(
                 "WorkerConfig.ddp.overlap_param_gather needs use_distributed_optimizer=True "
                 "(megatron-core only gathers params for the distributed optimizer)."
+            )
+        if not self.temperature > 0:
+            raise ValueError(
+                f"WorkerConfig.temperature must be > 0, got {self.temperature} "
+                "(use a small value for near-greedy sampling)"
             )
         if self.micro_batch_size < 1:
             raise ValueError(

@@ -49,9 +49,10 @@ def real_vocab_logits(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
 
 
 def next_token_logprobs(
-    logits: torch.Tensor, input_ids: torch.Tensor, vocab_size: int
+    logits: torch.Tensor, input_ids: torch.Tensor, vocab_size: int, temperature: float = 1.0
 ) -> torch.Tensor:
-    """[B, S-1]: log p(input_ids[:, t+1] | prefix up to t), over the `vocab_size` real ids.
+    """[B, S-1]: log p(input_ids[:, t+1] | prefix up to t), over the `vocab_size` real ids,
+    at `temperature` (the sampler's, so the scored distribution is the sampled one).
 
     Raises ValueError for an input id at or beyond `vocab_size` (a padded-vocab id is never
     a token; its logprob would be -inf).
@@ -63,5 +64,6 @@ def next_token_logprobs(
             f"{vocab_size} (ids beyond it are model padding); check the batch's input_ids "
             "and WorkerConfig.model.vocab_size."
         )
-    logp = torch.log_softmax(real_vocab_logits(logits[:, :-1, :], vocab_size), dim=-1)
+    scaled = logits[:, :-1, :] if temperature == 1.0 else logits[:, :-1, :] / temperature
+    logp = torch.log_softmax(real_vocab_logits(scaled, vocab_size), dim=-1)
     return logp.gather(-1, targets[:, :, None]).squeeze(-1)

@@ -145,13 +145,14 @@ class SplitTrainStep:
 
         mbs = self._config.micro_batch_size
         vocab_size = self._config.model.vocab_size
+        temperature = self._config.temperature
         chunks = split_microbatches(batch, mbs)
         losses: list[torch.Tensor] = []
 
         def forward_step(data_iterator: Iterator[dict[str, torch.Tensor]], model: Any) -> Any:
             mb = next(data_iterator)
             logits = policy_logits(model, mb["input_ids"], mb["attention_mask"])
-            logprobs = next_token_logprobs(logits, mb["input_ids"], vocab_size)
+            logprobs = next_token_logprobs(logits, mb["input_ids"], vocab_size, temperature)
 
             def loss_func(_output: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict]:
                 total = self._loss_sum_fn(logprobs, mb)

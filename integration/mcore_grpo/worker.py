@@ -131,7 +131,9 @@ class MegatronPolicyWorker:
         ddp.eval()
         try:
             logits = policy_logits(ddp, batch["input_ids"], batch["attention_mask"])
-            lp = next_token_logprobs(logits, batch["input_ids"], self.config.model.vocab_size)
+            lp = next_token_logprobs(
+                logits, batch["input_ids"], self.config.model.vocab_size, self.config.temperature
+            )
         finally:
             ddp.train()
         # NeMo-RL layout: aligned with input_ids, position 0 has no logprob.
@@ -156,7 +158,18 @@ class MegatronPolicyWorker:
         params: SamplingParams,
         generator: torch.Generator | None = None,
     ) -> GenerationOutput:
-        """Sample continuations of left-padded prompts with the current policy."""
+        """Sample continuations of left-padded prompts with the current policy.
+
+        Raises ValueError if `params.temperature` is not `WorkerConfig.temperature`: the
+        logprob and training forwards score at the config's temperature, and a sample drawn at
+        another one would make every importance ratio wrong without any error.
+        """
+        if params.temperature != self.config.temperature:
+            raise ValueError(
+                f"SamplingParams.temperature={params.temperature} but WorkerConfig.temperature="
+                f"{self.config.temperature}: the logprob and training forwards score at the "
+                "config's temperature; set both to the same value"
+            )
         self.policy.ddp.eval()
         return generate(
             self.policy.ddp,

@@ -4,6 +4,7 @@ never sampled, returned logprobs equal the policy's logprobs of the sampled toke
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 import pytest
 import torch
@@ -137,3 +138,53 @@ def test_training_never_moves_padded_vocab_rows(world1: None) -> None:
     moved = (weight.detach() - before).abs().amax(dim=1)
     assert float(moved[:REAL].min()) > 0.0, "real rows did not train: the check is vacuous"
     assert float(moved[REAL:].max()) == 0.0
+
+
+def test_logprob_and_training_forwards_score_at_the_sampling_temperature(world1: None) -> None:
+    """At T != 1 the logprob forward and the training forward score the tempered distribution
+    the tokens were drawn from (NeMo-RL's apply_temperature_scaling); a sample drawn at another
+    temperature is refused rather than silently mis-scored."""
+    cfg = dataclasses.replace(
+        tiny_config(overlap=False),
+        model=ModelConfig(vocab_size=REAL, padded_vocab_size_override=VOCAB),
+        temperature=0.5,
+    )
+    w = MegatronPolicyWorker(cfg)
+    w.prepare_for_generation()
+    ids, mask = prompts(rows=4, length=5, vocab=REAL)
+    with pytest.raises(ValueError, match=r"SamplingParams.temperature=1.0 but WorkerConfig"):
+        w.generate(ids, mask, SamplingParams(max_new_tokens=4))
+    out = w.generate(
+        ids,
+        mask,
+        SamplingParams(temperature=0.5, max_new_tokens=4),
+        torch.Generator().manual_seed(3),
+    )
+    w.finish_generation()
+    batch = {"input_ids": out.output_ids, "attention_mask": out.attention_mask}
+    lp = w.get_logprobs(batch)
+    sel = out.generated_mask.bool()
+    assert torch.allclose(lp[sel], out.logprobs[sel], atol=1e-5)
+    at_t1 = torch.cat([torch.zeros(4, 1), real_vocab_logprobs(w, *batch.values())], dim=1)
+    assert float((at_t1[sel] - lp[sel]).abs().max()) > 1e-3, "T=0.5 must differ from T=1"
+
+    seen: list[torch.Tensor] = []
+
+    def capture(logprobs: torch.Tensor, mb: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        seen.append(logprobs.detach().clone())
+        return (logprobs * out.generated_mask[: logprobs.shape[0], 1:]).sum() * 0.0
+
+    w.loss_sum_fn = capture
+    w.prepare_for_training()
+    rows = out.output_ids.shape[0]
+    w.train(
+        {
+            **batch,
+            "token_mask": out.generated_mask.float(),
+            "sample_mask": torch.ones(rows),
+            "advantages": torch.zeros(rows),
+            "prev_logprobs": lp,
+        }
+    )
+    trained = torch.cat(seen, dim=0)
+    assert torch.allclose(trained[sel[:, 1:]], lp[:, 1:][sel[:, 1:]], atol=1e-5)

@@ -117,6 +117,7 @@ def worker_config(config: RunConfig, tokens: TaskTokens) -> Any:
             level="token" if config.loss_fn.token_level_loss else "sequence",
             ratio_clip=config.loss_fn.ratio_clip_min,
         ),
+        temperature=p.generation.temperature,
     )
 
 
