@@ -13,6 +13,7 @@ import pytest
 from tests.tools.sandbox import Sandbox, lines, run
 from tools.patchtool.apply import BRANCH_REF, apply_upstream, reset_upstream
 from tools.patchtool.errors import PatchToolError
+from tools.patchtool.export import export_upstream, write_export
 from tools.patchtool.manifest import load_manifest
 
 
@@ -181,6 +182,27 @@ def test_branch_with_foreign_commits_is_kept(sandbox: Sandbox) -> None:
     outcome = apply_upstream(sandbox.root, up, force=True)
     assert f"patched-before-{mine[:12]}" in outcome.message
     assert run(checkout, "rev-parse", f"patched-before-{mine[:12]}") == mine
+
+
+def test_branch_edited_then_exported_is_moved_without_force(sandbox: Sandbox) -> None:
+    """Edit a patch's message on the branch, export it: apply needs no --force (the series
+    holds everything); an edit that was not exported is still kept and refused."""
+    _, _, patches = _setup(sandbox)
+    sandbox.set_series("Up", patches)
+    up = load_manifest(sandbox.root).upstreams["Up"]
+    checkout = sandbox.root / "3rdparty/Up"
+    apply_upstream(sandbox.root, up)
+    message = run(checkout, "log", "-1", "--format=%B") + "\nReworded.\n"
+    run(checkout, "commit", "-q", "--amend", "-m", message)
+    unexported = run(checkout, "rev-parse", "HEAD")
+    with pytest.raises(PatchToolError, match="commits tools/patches did not make"):
+        apply_upstream(sandbox.root, up)
+    assert run(checkout, "rev-parse", "HEAD") == unexported
+    write_export(sandbox.root, up, export_upstream(sandbox.root, up))
+    outcome = apply_upstream(sandbox.root, up)
+    assert outcome.state == "applied", outcome.message
+    assert "Reworded." in run(checkout, "log", "-1", "--format=%B")
+    assert run(checkout, "branch", "--list", "patched-before-*") == ""
 
 
 def test_am_in_progress_is_refused_and_left_alone(sandbox: Sandbox) -> None:

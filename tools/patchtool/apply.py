@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import GitError, PatchToolError
-from .git import git, git_text
+from .git import format_patch, git, git_text
 from .manifest import Upstream
 from .paths import patch_path_problems
 from .proxy import ProxyCheck, check_series, proxy_name
@@ -129,10 +129,29 @@ def refuse_or_stash(repo: Path, up: Upstream, force: bool, command: str) -> str:
     return _ref(repo, "refs/stash")
 
 
-def guard_branch(repo: Path, up: Upstream, pin: str, force: bool) -> str:
-    """Refuse to move branch `patched` if it holds commits apply did not make; --force keeps them."""
+def _exports_to(repo: Path, pin: str, tip: str, series: Series) -> bool:
+    """True if pin..tip, exported, is byte for byte the series files (nothing else to keep)."""
+    if git_text(["rev-list", "--merges", f"{pin}..{tip}"], repo, check=False):
+        return False
+    commits = git_text(["rev-list", "--reverse", f"{pin}..{tip}"], repo, check=False).split()
+    if len(commits) != len(series):
+        return False
+    return all(
+        format_patch(repo, f"{sha}^!") == patch.path.read_bytes()
+        for sha, (_, patch) in zip(commits, series, strict=True)
+    )
+
+
+def guard_branch(repo: Path, up: Upstream, pin: str, force: bool, series: Series) -> str:
+    """Refuse to move branch `patched` if it holds commits apply did not make; --force keeps them.
+
+    A branch that exports to exactly the series (edited, then `tools/patches export`ed) holds
+    nothing the series lacks, so it is moved without asking.
+    """
     current = _ref(repo, BRANCH_REF)
     if not current or current in (_ref(repo, APPLIED_REF), pin):
+        return ""
+    if _exports_to(repo, pin, current, series):
         return ""
     keep = f"{BRANCH}-before-{current[:12]}"
     if not force:
@@ -340,7 +359,7 @@ def apply_upstream(
     elif source.kind == STANDIN:
         check_preimages(repo, source.pin, up, series)
     refuse_in_progress(repo, up)
-    saved = guard_branch(repo, up, source.pin, force)
+    saved = guard_branch(repo, up, source.pin, force, series)
     stash = refuse_or_stash(repo, up, force, "apply")
     ref, head = _head(repo)
     refs = _refs(repo, (BRANCH_REF, APPLIED_REF, PIN_REF))

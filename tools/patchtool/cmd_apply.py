@@ -39,7 +39,10 @@ def _each(args: argparse.Namespace, action: Callable[[Upstream], Outcome]) -> li
         try:
             outcomes.append(action(up))
         except PatchToolError as exc:
-            outcomes.append(Outcome(up.name, "error", " ".join(str(exc).split())))
+            message = " ".join(str(exc).split())
+            # The report prefixes every line with the upstream's name; do not say it twice.
+            message = message.removeprefix(f"{up.name}: ")
+            outcomes.append(Outcome(up.name, "error", message))
     return outcomes
 
 
