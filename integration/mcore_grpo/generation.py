@@ -4,10 +4,10 @@ Covers temperature, top-p, max new tokens, stop tokens and left-padded prompts, 
 the logprob of each sampled token under the temperature-scaled distribution. Ids at or beyond
 the tokenizer vocab (the model's vocab is padded) are masked out of sampling.
 
-Not implemented: megatron-core's dynamic inference engine on GPU (KV cache, CUDA graphs,
-suspend/resume). Selecting it raises NotImplementedError; with it, the engine's suspend/resume
-around weight updates would have to be barrier-synchronised across ranks before any rank
-submits requests.
+Not implemented: sampling through megatron-core's dynamic inference engine on GPU (KV cache,
+CUDA graphs); selecting it raises NotImplementedError. Its suspend/resume lifecycle around
+weight updates, agreed by all ranks, is implemented (`engine_lifecycle.py`, attached through
+`MegatronPolicyWorker(generation_engine=...)`).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ class SamplingParams:
         if self.backend != "torch":
             raise NotImplementedError(
                 f"SamplingParams.backend={self.backend!r}: the megatron-core dynamic inference "
-                "engine is not wired into this worker (needs CUDA and a barrier-synchronised "
-                "suspend/resume); use backend='torch'."
+                "engine does not sample for this worker yet (it needs CUDA; only its "
+                "suspend/resume lifecycle is wired, see engine_lifecycle.py); use backend='torch'."
             )
         if self.temperature <= 0:
             raise ValueError(

@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 from mcore_grpo.config import WorkerConfig
 from mcore_grpo.cpu import cpu_device, model_parallel_seed
+from mcore_grpo.engine_lifecycle import SuspendableEngine, SynchronizedEngineLifecycle
 from mcore_grpo.forward import next_token_logprobs, policy_logits
 from mcore_grpo.generation import GenerationOutput, SamplingParams, generate
 from mcore_grpo.loss import Batch
@@ -71,9 +72,15 @@ class MegatronPolicyWorker:
         config: WorkerConfig,
         cuda_graph_toggle: CudaGraphToggle | None = None,
         loss_sum_fn: LossSumFn | None = None,
+        generation_engine: SuspendableEngine | None = None,
     ) -> None:
         """`loss_sum_fn`: the training loss (contract: `mcore_grpo.train_step.LossSumFn`);
-        None = the clipped policy-gradient sum of `mcore_grpo.loss`."""
+        None = the clipped policy-gradient sum of `mcore_grpo.loss`.
+
+        `generation_engine`: an engine that holds device memory between generations (e.g.
+        megatron-core's DynamicInferenceEngine on GPU). It is resumed by
+        `prepare_for_generation` and suspended on leaving generation, on all ranks together
+        (`SynchronizedEngineLifecycle`)."""
         self.config = config.validate()
         self.guard = PhaseGuard(Phase.TRAINING)
         # Generation-time CUDA graphs: None = off. On CPU tests inject a stand-in toggle.
@@ -88,6 +95,11 @@ class MegatronPolicyWorker:
         self.offloader = Offloader(self.policy)
         self._group_snapshot: tuple[Any, GroupSnapshot] | None = None
         self.groups_rebound = 0
+        self.engine_lifecycle = (
+            SynchronizedEngineLifecycle(generation_engine)
+            if generation_engine is not None
+            else None
+        )
 
     # ---- training -------------------------------------------------------------------
     @property
@@ -160,6 +172,8 @@ class MegatronPolicyWorker:
     ) -> GenerationOutput:
         """Sample continuations of left-padded prompts with the current policy.
 
+        With a generation engine attached, refuses unless all ranks agreed it is serving.
+
         Raises ValueError if `params.temperature` is not `WorkerConfig.temperature`: the
         logprob and training forwards score at the config's temperature, and a sample drawn at
         another one would make every importance ratio wrong without any error.
@@ -170,6 +184,8 @@ class MegatronPolicyWorker:
                 f"{self.config.temperature}: the logprob and training forwards score at the "
                 "config's temperature; set both to the same value"
             )
+        if self.engine_lifecycle is not None:
+            self.engine_lifecycle.require_serving("generate")
         self.policy.ddp.eval()
         return generate(
             self.policy.ddp,
@@ -181,6 +197,11 @@ class MegatronPolicyWorker:
         )
 
     # ---- phase transitions ----------------------------------------------------------
+    def _suspend_engine(self) -> None:
+        """Leaving generation: the engine stops serving on all ranks (no-op if suspended)."""
+        if self.engine_lifecycle is not None:
+            self.engine_lifecycle.suspend()
+
     def _ensure_on_device(self) -> None:
         if self._group_snapshot is not None:
             self.reload_process_groups()
@@ -190,6 +211,7 @@ class MegatronPolicyWorker:
     @_entry()
     def prepare_for_training(self) -> None:
         """Weights, grads and optimizer state on device; train mode."""
+        self._suspend_engine()
         self._ensure_on_device()
         self.policy.ddp.train()
         self.guard.enter(T)
@@ -197,6 +219,7 @@ class MegatronPolicyWorker:
     @_entry()
     def prepare_for_lp_inference(self) -> None:
         """Weights on device and current (param sync); eval-ready."""
+        self._suspend_engine()
         self._ensure_on_device()
         sync_params(self.policy)
         self.guard.enter(LP)
@@ -217,11 +240,15 @@ class MegatronPolicyWorker:
             # Hooks are enabled outside the reference swap; re-registering here also covers
             # the cudagraph_manager submodules the toggle just added.
             ddp.enable_forward_pre_hook()
+        if self.engine_lifecycle is not None:
+            # After the param sync: the engine serves the refitted weights, on every rank.
+            self.engine_lifecycle.resume()
         self.guard.enter(GEN)
 
     @_entry(GEN)
     def finish_generation(self) -> None:
-        """Switch generation CUDA graphs off (deletes their submodules)."""
+        """Suspend the engine on all ranks; switch generation CUDA graphs off."""
+        self._suspend_engine()
         if self.cuda_graph_toggle is not None:
             self.cuda_graph_toggle(self.policy.gpt, "none")
         self.guard.enter(LP)
@@ -229,6 +256,7 @@ class MegatronPolicyWorker:
     @_entry(*ON_DEVICE)
     def offload_before_refit(self) -> OffloadReport:
         """Free grads and optimizer state (params stay for the refit)."""
+        self._suspend_engine()
         self.train_step.abort()
         report = self.offloader.offload(grads=True, optimizer=True)
         self.guard.enter(OFF)
@@ -237,6 +265,7 @@ class MegatronPolicyWorker:
     @_entry()
     def offload_after_refit(self) -> OffloadReport:
         """Free everything, parameters included."""
+        self._suspend_engine()
         self.train_step.abort()
         if self.offloader.is_offloaded:
             self.offloader.onload()
