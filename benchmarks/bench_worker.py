@@ -1,6 +1,7 @@
-"""Figures for the policy worker at DP=2 on CPU (gloo): parity max abs diff vs plain PyTorch,
-gradient bytes reduced per optimizer step / grad buffer, split vs one-shot step time, and
-(with --tests) the wall time of `pytest tests/integration`.
+"""Figures for the policy worker on CPU (gloo). At DP=2: parity max abs diff vs plain
+PyTorch, gradient bytes reduced per optimizer step / grad buffer, split vs one-shot step
+time. At TP=2: logprob and post-step parameter diffs vs plain PyTorch at TP=1. With --tests,
+the wall time of `pytest tests/integration`.
 
 Run: .venv/bin/python benchmarks/bench_worker.py [--steps N] [--tests]
 """
@@ -74,6 +75,20 @@ def measure() -> dict[str, float]:
     return out
 
 
+def init_world1() -> None:
+    """This process as a 1-rank gloo world (the TP=1 reference builds megatron models)."""
+    import os
+
+    import torch.distributed as dist
+
+    from tests.support.ports import free_port
+
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1"
+    )
+    dist.init_process_group("gloo", rank=0, world_size=1)
+
+
 def main() -> None:
     global STEPS
     parser = argparse.ArgumentParser(description=__doc__)
@@ -90,6 +105,14 @@ def main() -> None:
     for key in results[0]:
         worst = max(results[r][key] for r in results)
         print(f"{key:>22}: {worst:.3g}  (max over ranks)")
+    start = time.perf_counter()
+    init_world1()
+    from tests.integration.tp_parity import compare_with_tp1
+
+    tp = compare_with_tp1()
+    print(f"TP=2 spawn + TP=1 reference: {time.perf_counter() - start:.1f} s")
+    for key, value in tp.items():
+        print(f"{key:>22}: {value:.3g}")
     if args.tests:
         start = time.perf_counter()
         rc = subprocess.call(
