@@ -12,7 +12,13 @@ the groups and rebuilding them from the parallel configuration afterwards:
 
     result = destroy_megatron_nccl_groups()
     ...  # the GPU is used by someone else
-    reload_megatron_nccl_groups(result.snapshot)
+    reload_megatron_nccl_groups(result.snapshot, expected_layout=result.rank_layout)
+
+The snapshot records the parallel sizes. Options of the original
+``initialize_model_parallel`` call that the sizes do not capture (``order``,
+``distributed_timeout_minutes``, ``nccl_communicator_config_path``, ...) are passed
+to the reload as keyword arguments; with ``expected_layout`` a reload whose groups
+come out different from the destroyed ones raises instead of training on them.
 
 Only ``megatron.core.parallel_state`` is managed. Objects that cached a group handle
 (DDP buffers, ``ProcessGroupCollection`` instances) still hold the destroyed groups
@@ -43,6 +49,15 @@ _SNAPSHOT_GETTERS: dict[str, str] = {
 }
 _VIRTUAL_PP_GETTER = "get_virtual_pipeline_model_parallel_world_size"
 _VIRTUAL_PP_KEY = "virtual_pipeline_model_parallel_size"
+# The groups a rank layout records the members of, with their parallel_state getter.
+_LAYOUT_GETTERS: dict[str, str] = {
+    "tensor_model_parallel": "get_tensor_model_parallel_group",
+    "pipeline_model_parallel": "get_pipeline_model_parallel_group",
+    "data_parallel": "get_data_parallel_group",
+    "context_parallel": "get_context_parallel_group",
+    "model_parallel": "get_model_parallel_group",
+    "expert_model_parallel": "get_expert_model_parallel_group",
+}
 
 
 class NcclOffloadError(RuntimeError):
@@ -61,11 +76,16 @@ class NcclOffloadResult:
             in destruction order; empty in "official" mode.
         bytes_freed: device memory returned to the driver, measured with
             ``torch.cuda.mem_get_info``; None without CUDA.
+        rank_layout: the global ranks of this rank's tensor, pipeline, data,
+            context, model and expert parallel groups before the destroy, for
+            ``reload_megatron_nccl_groups(expected_layout=...)``; empty when nothing
+            was initialised.
     """
 
     snapshot: dict[str, int]
     groups_destroyed: list[str]
     bytes_freed: int | None
+    rank_layout: dict[str, list[Any]] = dataclasses.field(default_factory=dict)
 
 
 def is_nccl_like_group(name: str, group: dist.ProcessGroup) -> bool:
@@ -120,6 +140,35 @@ def _parallel_config_snapshot() -> dict[str, int]:
     return snapshot
 
 
+def _group_ranks(group: Any) -> list[Any]:
+    if isinstance(group, (list, tuple)):
+        return [_group_ranks(item) for item in group]
+    return list(dist.get_process_group_ranks(group))
+
+
+def _rank_layout() -> dict[str, list[Any]]:
+    """This rank's peers in each group of ``_LAYOUT_GETTERS`` that this Megatron has."""
+    layout: dict[str, list[Any]] = {}
+    for name, getter in _LAYOUT_GETTERS.items():
+        get_group = getattr(parallel_state, getter, None)
+        if get_group is not None:
+            layout[name] = _group_ranks(get_group())
+    return layout
+
+
+def _layout_mismatch(expected: Mapping[str, list[Any]]) -> str | None:
+    """None if the live groups have the expected members, else what differs."""
+    current = _rank_layout()
+    for name, want in expected.items():
+        got = current.get(name)
+        if got != want:
+            return (
+                f"rank {dist.get_rank()}'s {name} group is ranks {got} after the "
+                f"reload, ranks {want} before the destroy"
+            )
+    return None
+
+
 def _device_free_bytes() -> int | None:
     if not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return None
@@ -158,6 +207,7 @@ def destroy_megatron_nccl_groups(
         return NcclOffloadResult(snapshot={}, groups_destroyed=[], bytes_freed=None)
 
     snapshot = _parallel_config_snapshot()
+    layout = _rank_layout()
     free_before = _device_free_bytes()
     destroyed: list[str] = []
     if mode == "manual":
@@ -185,22 +235,37 @@ def destroy_megatron_nccl_groups(
         snapshot=snapshot,
         groups_destroyed=destroyed,
         bytes_freed=freed,
+        rank_layout=layout,
     )
 
 
-def reload_megatron_nccl_groups(snapshot: Mapping[str, int]) -> None:
-    """Rebuild Megatron's process groups from a destroy snapshot, then barrier.
+def reload_megatron_nccl_groups(
+    snapshot: Mapping[str, int],
+    *,
+    expected_layout: Mapping[str, list[Any]] | None = None,
+    **init_kwargs: Any,
+) -> None:
+    """Rebuild Megatron's process groups from a destroy snapshot, then synchronise.
 
-    A no-op when Megatron is already initialised with the same configuration.
+    A no-op (and no collective) when Megatron is already initialised with the same
+    configuration.
 
     Args:
         snapshot: ``NcclOffloadResult.snapshot`` from ``destroy_megatron_nccl_groups``.
+        expected_layout: ``NcclOffloadResult.rank_layout``; when given, every rank
+            checks that its rebuilt groups have the members the destroyed ones had,
+            and all ranks raise together if any rank's differ.
+        **init_kwargs: further ``initialize_model_parallel`` options of the original
+            call, which the sizes in the snapshot do not record (``order``,
+            ``distributed_timeout_minutes``, ``nccl_communicator_config_path``, ...).
 
     Raises:
         ValueError: the snapshot is empty (the destroy ran while nothing was
-            initialised, so there is no configuration to rebuild), or its keys
-            are not those of a destroy snapshot.
-        NcclOffloadError: Megatron is initialised with a different configuration.
+            initialised, so there is no configuration to rebuild), its keys are not
+            those of a destroy snapshot, or ``init_kwargs`` repeats a snapshot key.
+        NcclOffloadError: Megatron is initialised with a different configuration, or
+            the rebuilt groups differ from ``expected_layout`` on some rank (Megatron
+            is then left initialised with the rebuilt groups).
     """
     if not snapshot:
         raise ValueError(
@@ -218,14 +283,28 @@ def reload_megatron_nccl_groups(snapshot: Mapping[str, int]) -> None:
             f"and optionally {_VIRTUAL_PP_KEY!r}: pass NcclOffloadResult.snapshot "
             "unchanged."
         )
+    repeated = sorted(set(init_kwargs) & (set(_SNAPSHOT_GETTERS) | {_VIRTUAL_PP_KEY}))
+    if repeated:
+        raise ValueError(
+            f"reload_megatron_nccl_groups: {repeated} come from the snapshot; pass "
+            "only the other initialize_model_parallel options as keyword arguments."
+        )
     if parallel_state.model_parallel_is_initialized():
         current = _parallel_config_snapshot()
-        if current == dict(snapshot):
-            return
-        raise NcclOffloadError(
-            "reload_megatron_nccl_groups: Megatron is already initialised with "
-            f"{current}, not the snapshot {dict(snapshot)}; destroy it first."
-        )
+        if current != dict(snapshot):
+            raise NcclOffloadError(
+                "reload_megatron_nccl_groups: Megatron is already initialised with "
+                f"{current}, not the snapshot {dict(snapshot)}; destroy it first."
+            )
+        # Nothing was rebuilt, so nothing is collective here: the check is this rank's.
+        if expected_layout is not None:
+            mismatch = _layout_mismatch(expected_layout)
+            if mismatch:
+                raise NcclOffloadError(
+                    "reload_megatron_nccl_groups: Megatron is already initialised, "
+                    f"but {mismatch}; destroy it first."
+                )
+        return
     # Keyword by keyword (not **snapshot): each value reaches the parameter of its type.
     parallel_state.initialize_model_parallel(
         tensor_model_parallel_size=snapshot["tensor_model_parallel_size"],
@@ -234,5 +313,21 @@ def reload_megatron_nccl_groups(snapshot: Mapping[str, int]) -> None:
         context_parallel_size=snapshot["context_parallel_size"],
         expert_model_parallel_size=snapshot["expert_model_parallel_size"],
         expert_tensor_parallel_size=snapshot["expert_tensor_parallel_size"],
+        **init_kwargs,
     )
-    dist.barrier()
+    if expected_layout is None:
+        dist.barrier()
+        return
+    # One decision for all ranks: a rank whose groups differ must not be the only one
+    # to stop, or its peers would block in their next collective.
+    outcomes: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(outcomes, _layout_mismatch(expected_layout))
+    mismatches = [outcome for outcome in outcomes if outcome is not None]
+    if mismatches:
+        raise NcclOffloadError(
+            "reload_megatron_nccl_groups: the rebuilt groups differ from the "
+            f"destroyed ones ({mismatches[0]}; {len(mismatches)} rank(s) differ). "
+            "The original initialize_model_parallel call used options the snapshot "
+            "does not record (e.g. order=...): pass them as keyword arguments to the "
+            "reload."
+        )

@@ -122,9 +122,12 @@ def destroy_process_groups(mode: str = "manual", device: str = "cuda") -> Any:
     return module.destroy_megatron_nccl_groups(mode=mode)
 
 
-def reload_process_groups(snapshot: Any) -> Any:
-    """Rebuild megatron's process groups from `destroy_process_groups`'s snapshot."""
-    return _nccl_offload().reload_megatron_nccl_groups(snapshot)
+def reload_process_groups(result: Any) -> Any:
+    """Rebuild megatron's process groups from `destroy_process_groups`'s result; every rank
+    checks its rebuilt groups have the members the destroyed ones had."""
+    return _nccl_offload().reload_megatron_nccl_groups(
+        result.snapshot, expected_layout=result.rank_layout
+    )
 
 
 def _nccl_offload() -> Any:

@@ -286,9 +286,8 @@ class MegatronPolicyWorker:
         if self._group_snapshot is None:
             return
         result, before = self._group_snapshot
-        snapshot = result[0] if isinstance(result, tuple) else getattr(result, "snapshot", result)
         with cpu_device(self.config.device):
-            reload_process_groups(snapshot)
+            reload_process_groups(result)
             self.groups_rebound = rebind_groups(before, GroupSnapshot.capture(), self.policy)
         self._group_snapshot = None
         dist.barrier()

@@ -157,9 +157,14 @@ def _child(rank: int, world: int, port: int, fn: Callable[[], Any], out: Any) ->
 
 def spawn2(fn: Callable[[], Any], port: int) -> dict[int, Any]:
     """Run `fn` on 2 gloo ranks (one spawn); results by rank; a rank's traceback raises."""
+    return spawn_ranks(fn, port, world=2)
+
+
+def spawn_ranks(fn: Callable[[], Any], port: int, world: int) -> dict[int, Any]:
+    """Run `fn` on `world` gloo ranks (one spawn); results by rank; a rank's traceback raises."""
     ctx = mp.get_context("spawn")
     out = ctx.SimpleQueue()
-    procs = [ctx.Process(target=_child, args=(r, 2, port, fn, out)) for r in range(2)]
+    procs = [ctx.Process(target=_child, args=(r, world, port, fn, out)) for r in range(world)]
     for p in procs:
         p.start()
     results: dict[int, Any] = {}

@@ -4,7 +4,8 @@ Imports `nemo_rl.models.megatron.nccl_offload` from 3rdparty/NeMo-RL (unpatched:
 does not exist) in ONE subprocess, with the installed megatron-core, and runs two
 destroy -> reload cycles at world size 1 over gloo (gloo standing in for NCCL: every group
 except Megatron's `*_GLOO` helpers is treated as NCCL-like). The world-size-2 behaviour is
-covered against the identical copy in tests/integration/test_nccl_offload.py.
+covered against the identical copy in tests/integration/test_nccl_offload.py, the layout
+check at world size 4 in tests/integration/test_nccl_offload_layout.py.
 """
 
 from __future__ import annotations
@@ -34,10 +35,10 @@ cycles = []
 for mode in ("manual", "official"):
     result = mod.destroy_megatron_nccl_groups(mode, is_nccl_like=not_gloo_helper)
     down = ps.model_parallel_is_initialized()
-    mod.reload_megatron_nccl_groups(result.snapshot)
+    mod.reload_megatron_nccl_groups(result.snapshot, expected_layout=result.rank_layout)
     cycles.append({"mode": mode, "destroyed": result.groups_destroyed,
-                   "snapshot": result.snapshot, "down": down,
-                   "up": ps.model_parallel_is_initialized()})
+                   "snapshot": result.snapshot, "layout": result.rank_layout,
+                   "down": down, "up": ps.model_parallel_is_initialized()})
 print(json.dumps({"file": mod.__file__, "cycles": cycles}))
 """
 
@@ -61,3 +62,4 @@ def test_nemo_rl_nccl_offload_module_cycles(nemo_rl_on_path: Path) -> None:
     for cycle in out["cycles"]:
         assert (cycle["down"], cycle["up"]) == (False, True)
         assert cycle["snapshot"]["tensor_model_parallel_size"] == 1
+        assert cycle["layout"]["tensor_model_parallel"] == [0]
