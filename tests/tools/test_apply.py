@@ -205,6 +205,31 @@ def test_branch_edited_then_exported_is_moved_without_force(sandbox: Sandbox) ->
     assert run(checkout, "branch", "--list", "patched-before-*") == ""
 
 
+def test_branch_rebased_off_the_pin_is_kept_even_if_it_exports_the_same(sandbox: Sandbox) -> None:
+    """The series rebased onto the pin's parent (the patches do not touch what the pin
+    changed) exports byte for byte like the series, but it is not the series on the pin:
+    that branch is someone's work and is kept."""
+    repo, older = sandbox.upstream("Up", {"a.py": lines(40), "b.py": lines(10, "b")})
+    (repo / "c.py").write_text("new in the pin\n")
+    run(repo, "add", "c.py")
+    run(repo, "commit", "-q", "-m", "pin: add c.py")
+    pin = run(repo, "rev-parse", "HEAD")
+    fix = sandbox.make_patch(
+        repo, pin, {"a.py": lines(40).replace("line 5\n", "line five\n")}, "Fix a"
+    )
+    sandbox.add("Up", str(repo), pin)
+    sandbox.set_series("Up", {"fix-a.patch": fix})
+    up = load_manifest(sandbox.root).upstreams["Up"]
+    checkout = sandbox.root / "3rdparty/Up"
+    apply_upstream(sandbox.root, up)
+    write_export(sandbox.root, up, export_upstream(sandbox.root, up))  # series == branch
+    run(checkout, "rebase", "-q", "--onto", older, pin, "patched")
+    rebased = run(checkout, "rev-parse", "HEAD")
+    with pytest.raises(PatchToolError, match="commits tools/patches did not make"):
+        apply_upstream(sandbox.root, up)
+    assert run(checkout, "rev-parse", "patched") == rebased
+
+
 def test_am_in_progress_is_refused_and_left_alone(sandbox: Sandbox) -> None:
     _, _, patches = _setup(sandbox)
     sandbox.set_series("Up", patches)

@@ -143,7 +143,10 @@ def _drop_blob(repo: Path, rev_path: str) -> None:
     (repo / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
 
 
-def test_failed_clone_is_rolled_back_and_the_standin_takes_its_place(sandbox: Sandbox) -> None:
+@pytest.mark.parametrize("layout", ["plain", "name with space", "linked worktree"])
+def test_failed_clone_is_rolled_back_and_the_standin_takes_its_place(
+    sandbox: Sandbox, layout: str
+) -> None:
     repo, pin = sandbox.upstream("Up", {"src/pkg/mod.py": lines(30), "big.gif": "gif\n"})
     patch = sandbox.make_patch(
         repo, pin, {"src/pkg/mod.py": lines(30).replace("line 20\n", "line twenty\n")}, "Fix"
@@ -151,14 +154,30 @@ def test_failed_clone_is_rolled_back_and_the_standin_takes_its_place(sandbox: Sa
     _drop_blob(repo, f"{pin}:big.gif")
     sandbox.add("Up", str(repo), pin, STANDIN_SPEC, clone=False)
     sandbox.set_series("Up", {"fix.patch": patch})
-    up = load_manifest(sandbox.root).upstreams["Up"]
+    root = sandbox.root
+    if layout == "name with space":  # the submodule's name is not its path
+        run(
+            root,
+            "config",
+            "-f",
+            ".gitmodules",
+            "--rename-section",
+            "submodule.3rdparty/Up",
+            "submodule.up stream",
+        )
+    sandbox.commit()
+    if layout == "linked worktree":  # submodules of a worktree live in its own git dir
+        root = sandbox.tmp / "wt"
+        run(sandbox.root, "worktree", "add", "-q", "--detach", str(root))
+    up = load_manifest(root).upstreams["Up"]
     downloader = sdist_downloader({"pkg/mod.py": lines(30)})
-    outcome = apply_upstream(sandbox.root, up, downloader=downloader)
+    outcome = apply_upstream(root, up, downloader=downloader)
     assert outcome.state == "applied", outcome.message
-    assert detect_source(sandbox.root, up).kind == STANDIN
-    # The half-cloned repository is gone: nothing but the stand-in remains.
-    assert not (sandbox.root / ".git" / "modules" / "3rdparty" / "Up").exists()
-    checkout = sandbox.root / "3rdparty/Up"
+    assert detect_source(root, up).kind == STANDIN
+    # The half-cloned repository is gone wherever git put it: only the stand-in remains.
+    git_dir = Path(run(root, "rev-parse", "--absolute-git-dir"))
+    assert not (git_dir / "modules").exists() or not any((git_dir / "modules").rglob("HEAD"))
+    checkout = root / "3rdparty/Up"
     assert not (checkout / "big.gif").exists()
     assert "line twenty" in (checkout / "src/pkg/mod.py").read_text()
 

@@ -131,6 +131,8 @@ def refuse_or_stash(repo: Path, up: Upstream, force: bool, command: str) -> str:
 
 def _exports_to(repo: Path, pin: str, tip: str, series: Series) -> bool:
     """True if pin..tip, exported, is byte for byte the series files (nothing else to keep)."""
+    if git_text(["merge-base", pin, tip], repo, check=False) != pin:
+        return False  # not built on the pin (e.g. rebased elsewhere): that is work to keep
     if git_text(["rev-list", "--merges", f"{pin}..{tip}"], repo, check=False):
         return False
     commits = git_text(["rev-list", "--reverse", f"{pin}..{tip}"], repo, check=False).split()

@@ -5,7 +5,9 @@ missing; and materialising the stand-in from a PyPI release archive when no clon
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -92,13 +94,23 @@ def detect_source(root: Path, up: Upstream) -> Source:
 
 
 def _run_git_timeout(args: list[str], cwd: Path, timeout: float) -> tuple[bool, str]:
-    try:
-        proc = subprocess.run(
-            ["git", *args], cwd=cwd, capture_output=True, env=git_env(), timeout=timeout
-        )
-    except subprocess.TimeoutExpired:
-        return False, f"timed out after {timeout:.0f} s"
-    detail = proc.stderr.decode(errors="replace").strip().splitlines()
+    """Run git; on timeout kill its whole process group (a clone runs as git's children, which
+    would otherwise go on writing after we gave up) and wait for it to be gone."""
+    with subprocess.Popen(
+        ["git", *args],
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=git_env(),
+        start_new_session=True,
+    ) as proc:
+        try:
+            _, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            return False, f"timed out after {timeout:.0f} s"
+    detail = stderr.decode(errors="replace").strip().splitlines()
     return proc.returncode == 0, detail[-1] if detail else ""
 
 
@@ -109,18 +121,20 @@ def url_answers(root: Path, up: Upstream) -> tuple[bool, str]:
 
 
 def _module_gitdir(root: Path, up: Upstream) -> Path:
-    """Where `git submodule update` keeps this submodule's repository (.git/modules/<name>)."""
-    names = git_text(
-        ["config", "-f", ".gitmodules", "--get-regexp", r"^submodule\..*\.path$"], root, check=False
+    """Where `git submodule update` keeps this submodule's repository (`modules/<name>` of this
+    work tree's git dir, which in a linked worktree is not the common one)."""
+    listed = git(
+        ["config", "--null", "-f", ".gitmodules", "--get-regexp", r"^submodule\..*\.path$"],
+        root,
+        check=False,
     )
     name = up.path
-    for line in names.splitlines():
-        key, _, value = line.partition(" ")
+    for entry in str(listed).split("\0"):
+        key, _, value = entry.partition("\n")
         if value == up.path:
             name = key[len("submodule.") : -len(".path")]
-    return Path(git_text(["rev-parse", "--path-format=absolute", "--git-common-dir"], root)) / (
-        "modules/" + name
-    )
+    where = ["rev-parse", "--path-format=absolute", "--git-path", f"modules/{name}"]
+    return Path(git_text(where, root))
 
 
 def _discard_failed_clone(repo: Path, gitdir: Path, gitdir_existed: bool) -> None:
