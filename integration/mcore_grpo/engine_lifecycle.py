@@ -17,6 +17,12 @@ the collective waits until the NCCL watchdog fires. Both happened in the seed's 
 
 The engine is anything with `suspend()` and `resume()`. On GPU that is megatron-core's
 engine. The CPU tests use a stand-in that raises megatron-core's own `EngineSuspendedError`.
+
+Limit: the exchange after resume catches failures that return control to this rank.
+megatron-core's `resume()` is itself collective: it rebuilds CUDA graphs with warm-up
+forwards that all-reduce across tensor-parallel ranks. So a rank that fails before those
+(e.g. out of memory while reallocating) leaves its peers blocked inside `resume()`, and
+the process-group timeout ends that, not this class.
 """
 
 from __future__ import annotations
@@ -51,12 +57,9 @@ class SynchronizedEngineLifecycle:
     collective. The state is the agreed one: `SERVING` only after every rank resumed.
     """
 
-    def __init__(
-        self,
-        engine: SuspendableEngine,
-        group: Any = None,
-        state: EngineState = EngineState.SUSPENDED,
-    ) -> None:
+    def __init__(self, engine: SuspendableEngine, *, state: EngineState, group: Any = None) -> None:
+        """`state`: what the engine is on every rank now. megatron-core's engine starts
+        running (SERVING), so a worker that starts in training suspends it right away."""
         self.engine = engine
         self.group = group
         self._state = state

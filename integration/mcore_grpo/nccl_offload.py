@@ -247,14 +247,17 @@ def reload_megatron_nccl_groups(
 ) -> None:
     """Rebuild Megatron's process groups from a destroy snapshot, then synchronise.
 
-    A no-op (and no collective) when Megatron is already initialised with the same
-    configuration.
+    A no-op when Megatron is already initialised with the same configuration (then a
+    collective only if ``expected_layout`` is given).
 
     Args:
         snapshot: ``NcclOffloadResult.snapshot`` from ``destroy_megatron_nccl_groups``.
         expected_layout: ``NcclOffloadResult.rank_layout``; when given, every rank
-            checks that its rebuilt groups have the members the destroyed ones had,
-            and all ranks raise together if any rank's differ.
+            checks that its tensor, pipeline, data, context, model and expert groups
+            have the members the destroyed ones had, and all ranks raise together if
+            any rank's differ. Options that only change other groups (distributed
+            optimizer instances, hierarchical context parallel, embedding ranks) are
+            not detected: pass those back in ``init_kwargs``.
         **init_kwargs: further ``initialize_model_parallel`` options of the original
             call, which the sizes in the snapshot do not record (``order``,
             ``distributed_timeout_minutes``, ``nccl_communicator_config_path``, ...).
@@ -296,14 +299,8 @@ def reload_megatron_nccl_groups(
                 "reload_megatron_nccl_groups: Megatron is already initialised with "
                 f"{current}, not the snapshot {dict(snapshot)}; destroy it first."
             )
-        # Nothing was rebuilt, so nothing is collective here: the check is this rank's.
         if expected_layout is not None:
-            mismatch = _layout_mismatch(expected_layout)
-            if mismatch:
-                raise NcclOffloadError(
-                    "reload_megatron_nccl_groups: Megatron is already initialised, "
-                    f"but {mismatch}; destroy it first."
-                )
+            _agree_on_layout(expected_layout, "the live groups (already initialised)")
         return
     # Keyword by keyword (not **snapshot): each value reaches the parameter of its type.
     parallel_state.initialize_model_parallel(
@@ -318,16 +315,26 @@ def reload_megatron_nccl_groups(
     if expected_layout is None:
         dist.barrier()
         return
-    # One decision for all ranks: a rank whose groups differ must not be the only one
-    # to stop, or its peers would block in their next collective.
+    _agree_on_layout(expected_layout, "the rebuilt groups")
+
+
+def _agree_on_layout(expected: Mapping[str, list[Any]], what: str) -> None:
+    """All ranks exchange their layout check and raise together if any rank's differs.
+
+    One decision for all ranks: a rank whose groups differ must not be the only one to
+    stop, or its peers would block in their next collective.
+    """
+    try:
+        mismatch = _layout_mismatch(expected)
+    except Exception as exc:  # every rank must reach the exchange, whatever failed
+        mismatch = f"rank {dist.get_rank()} could not read its groups: {exc}"
     outcomes: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(outcomes, _layout_mismatch(expected_layout))
+    dist.all_gather_object(outcomes, mismatch)
     mismatches = [outcome for outcome in outcomes if outcome is not None]
     if mismatches:
         raise NcclOffloadError(
-            "reload_megatron_nccl_groups: the rebuilt groups differ from the "
-            f"destroyed ones ({mismatches[0]}; {len(mismatches)} rank(s) differ). "
-            "The original initialize_model_parallel call used options the snapshot "
-            "does not record (e.g. order=...): pass them as keyword arguments to the "
-            "reload."
+            f"reload_megatron_nccl_groups: {what} differ from the destroyed ones "
+            f"({mismatches[0]}; {len(mismatches)} rank(s) differ). The original "
+            "initialize_model_parallel call used options the snapshot does not "
+            "record (e.g. order=...): pass them as keyword arguments to the reload."
         )

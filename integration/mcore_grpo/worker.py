@@ -15,7 +15,11 @@ import torch.distributed as dist
 
 from mcore_grpo.config import WorkerConfig
 from mcore_grpo.cpu import cpu_device, model_parallel_seed
-from mcore_grpo.engine_lifecycle import SuspendableEngine, SynchronizedEngineLifecycle
+from mcore_grpo.engine_lifecycle import (
+    EngineState,
+    SuspendableEngine,
+    SynchronizedEngineLifecycle,
+)
 from mcore_grpo.forward import next_token_logprobs, policy_logits
 from mcore_grpo.generation import GenerationOutput, SamplingParams, generate
 from mcore_grpo.loss import Batch
@@ -95,11 +99,14 @@ class MegatronPolicyWorker:
         self.offloader = Offloader(self.policy)
         self._group_snapshot: tuple[Any, GroupSnapshot] | None = None
         self.groups_rebound = 0
-        self.engine_lifecycle = (
-            SynchronizedEngineLifecycle(generation_engine)
-            if generation_engine is not None
-            else None
-        )
+        self.engine_lifecycle: SynchronizedEngineLifecycle | None = None
+        if generation_engine is not None:
+            # megatron-core's engine starts running; the worker starts in training, so the
+            # engine's KV cache and CUDA graphs are freed now, on every rank together.
+            self.engine_lifecycle = SynchronizedEngineLifecycle(
+                generation_engine, state=EngineState.SERVING
+            )
+            self.engine_lifecycle.suspend()
 
     # ---- training -------------------------------------------------------------------
     @property

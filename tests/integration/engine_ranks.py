@@ -23,8 +23,10 @@ SLOW_S = 0.5  # the slow rank's resume/step takes this long; the checks have thi
 class StandInEngine:
     """Suspend/resume with timestamps; `step` refuses while suspended, like megatron's."""
 
-    def __init__(self, resume_delay: float = 0.0, fail_resume: bool = False) -> None:
-        self.suspended = True
+    def __init__(
+        self, resume_delay: float = 0.0, fail_resume: bool = False, suspended: bool = False
+    ) -> None:
+        self.suspended = suspended  # megatron-core's engine starts running
         self.resume_delay = resume_delay
         self.fail_resume = fail_resume
         self.events: list[tuple[str, float]] = []
@@ -56,9 +58,9 @@ def _times(engine: StandInEngine, name: str) -> list[float]:
 
 
 def _resume_then_step(synchronized: bool) -> dict[str, list[float]]:
-    engine = StandInEngine(resume_delay=SLOW_S if dist.get_rank() == 1 else 0.0)
+    engine = StandInEngine(resume_delay=SLOW_S if dist.get_rank() == 1 else 0.0, suspended=True)
     if synchronized:
-        SynchronizedEngineLifecycle(engine).resume()
+        SynchronizedEngineLifecycle(engine, state=EngineState.SUSPENDED).resume()
     else:
         engine.resume()
     engine.step()
@@ -75,8 +77,7 @@ def naive_resume() -> dict[str, list[float]]:
 
 def _suspend_while_peer_steps(synchronized: bool) -> dict[str, list[float]]:
     engine = StandInEngine()
-    lifecycle = SynchronizedEngineLifecycle(engine)
-    lifecycle.resume()
+    lifecycle = SynchronizedEngineLifecycle(engine, state=EngineState.SERVING)
     if dist.get_rank() == 1:
         engine.step(work_s=SLOW_S)  # rank 0 has no step queued: it goes straight to suspend
     else:
@@ -101,8 +102,8 @@ def naive_suspend_while_peer_steps() -> dict[str, list[float]]:
 
 
 def one_rank_fails_to_resume() -> dict[str, Any]:
-    engine = StandInEngine(fail_resume=dist.get_rank() == 1)
-    lifecycle = SynchronizedEngineLifecycle(engine)
+    engine = StandInEngine(fail_resume=dist.get_rank() == 1, suspended=True)
+    lifecycle = SynchronizedEngineLifecycle(engine, state=EngineState.SUSPENDED)
     try:
         lifecycle.resume()
     except EngineLifecycleError as exc:

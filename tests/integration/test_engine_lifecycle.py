@@ -62,10 +62,12 @@ def test_a_failed_resume_raises_on_every_rank_and_leaves_all_suspended() -> None
 
 
 def test_worker_resumes_for_generation_and_suspends_on_leaving_it(world1: None) -> None:
-    engine = StandInEngine()
+    engine = StandInEngine()  # running, as megatron-core's engine starts
     worker = MegatronPolicyWorker(tiny_config(overlap=False), generation_engine=engine)
     lifecycle = worker.engine_lifecycle
+    # The worker starts in training: the engine's memory is freed at construction.
     assert lifecycle is not None and lifecycle.state is EngineState.SUSPENDED
+    assert engine.suspended
     worker.prepare_for_generation()
     assert lifecycle.state is EngineState.SERVING and not engine.suspended
     ids, mask = prompts(rows=2)

@@ -4,6 +4,8 @@
 groups {0,2} and {1,3}). The sizes in the destroy snapshot alone rebuild the default order
 (groups {0,1} and {2,3}): with `expected_layout` every rank raises. Passing the original
 `order` to the reload rebuilds the destroyed groups, and an all-reduce on them sums right.
+When only one rank's groups differ, every rank raises all the same (its peers must not go
+on into a collective it will never join).
 """
 
 from __future__ import annotations
@@ -51,6 +53,18 @@ def _rank() -> dict[str, Any]:
     value = torch.tensor([float(dist.get_rank())])
     dist.all_reduce(value, group=tp_group)
     out["tp_sum"] = float(value.item())
+    # Only rank 3 expects other groups: still every rank must stop, for both paths.
+    skewed = dict(result.rank_layout)
+    if dist.get_rank() == 3:
+        skewed["data_parallel"] = [3]
+    for path in ("already_initialised", "rebuilt"):
+        if path == "rebuilt":
+            destroy_megatron_nccl_groups(is_nccl_like=everything)
+        try:
+            reload_megatron_nccl_groups(result.snapshot, expected_layout=skewed, order=ORDER)
+            out[path] = ""
+        except NcclOffloadError as exc:
+            out[path] = str(exc)
     ps.destroy_model_parallel()
     return out
 
@@ -88,3 +102,12 @@ def test_reload_with_the_original_order_rebuilds_the_destroyed_groups(
         assert ranks[rank]["rebuilt_tp"] == ranks[rank]["layout"]["tensor_model_parallel"]
         expected = float(sum(ranks[rank]["rebuilt_tp"]))
         assert ranks[rank]["tp_sum"] == expected, rank
+
+
+def test_one_rank_differing_stops_every_rank(ranks: dict[int, Any]) -> None:
+    for path in ("already_initialised", "rebuilt"):
+        for rank in range(4):
+            message = ranks[rank][path]
+            assert "rank 3's data_parallel group is ranks [2, 3]" in message, (path, rank)
+            assert "ranks [3] before the destroy" in message, (path, rank)
+            assert "1 rank(s) differ" in message, (path, rank)
