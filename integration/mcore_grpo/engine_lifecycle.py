@@ -22,7 +22,8 @@ Limit: the exchange after resume catches failures that return control to this ra
 megatron-core's `resume()` is itself collective: it rebuilds CUDA graphs with warm-up
 forwards that all-reduce across tensor-parallel ranks. So a rank that fails before those
 (e.g. out of memory while reallocating) leaves its peers blocked inside `resume()`, and
-the process-group timeout ends that, not this class.
+the process-group timeout ends that, not this class. Nor does it clean up after a rank
+whose own resume failed: what that rank half-allocated stays until its engine is rebuilt.
 """
 
 from __future__ import annotations

@@ -99,7 +99,9 @@ def compare_with_tp1() -> dict[str, float]:
     raw = spawn2(tp2_logprobs_and_step, free_port())
     out = {rank: _tensors(value) for rank, value in raw.items()}
     ranks_agree = torch.equal(out[0]["logprobs"], out[1]["logprobs"]) and all(
-        torch.equal(value, out[1]["initial"][name]) for name, value in out[0]["initial"].items()
+        torch.equal(value, out[1][key][name])
+        for key in ("initial", "after")
+        for name, value in out[0][key].items()
     )
     tp1 = _config(tp=1)
     init_model_parallel(tp1)
