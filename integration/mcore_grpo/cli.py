@@ -22,7 +22,7 @@ from mcore_grpo.grpo.config import DEFAULT_PRESET, load_config, preset_names
 from mcore_grpo.grpo.engine import WorkerFailed, make_engine
 from mcore_grpo.grpo.metrics import summarize
 from mcore_grpo.grpo.rank import TaskTokens
-from mcore_grpo.grpo.schema import ConfigError, RunConfig
+from mcore_grpo.grpo.schema import ConfigError, RunConfig, unused_settings
 from mcore_grpo.grpo.task import build_task
 
 log = logging.getLogger("mcore_grpo")
@@ -104,6 +104,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"mcore-grpo: config error: {err}", file=sys.stderr)
         return 2
+    for setting in unused_settings(config):
+        log.warning(
+            "mcore-grpo: note: %s is read but not used: sampling does not go through "
+            "megatron-core's dynamic inference engine yet (docs/grpo.md)",
+            setting,
+        )
     output_dir = args.output_dir or Path("runs") / args.preset
     task = build_task(config.task.name, config.task.max_addend)
     tokens = TaskTokens(vocab_size=task.vocab_size, pad_id=task.pad_id, eos_id=task.eos_id)

@@ -35,6 +35,10 @@ class ParallelConfig:
 
     tensor_model_parallel_size: int = 1
     pipeline_model_parallel_size: int = 1
+    context_parallel_size: int = 1
+    expert_model_parallel_size: int = 1
+    expert_tensor_parallel_size: int | None = None  # None: megatron's default (= TP)
+    sequence_parallel: bool = False
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,8 @@ class WorkerConfig:
     # (NeMo-RL's `apply_temperature_scaling`), so the ratio and KL compare the distribution the
     # tokens were sampled from, not the T=1 one.
     temperature: float = 1.0
+    # Parameter and compute dtype; bfloat16 is for GPU (megatron-core's mixed precision).
+    precision: Literal["float32", "bfloat16"] = "float32"
 
     def validate(self) -> WorkerConfig:
         """Reject configurations the worker cannot run, naming the field to change."""
@@ -98,6 +104,16 @@ class WorkerConfig:
             raise NotImplementedError(
                 "WorkerConfig.parallel.pipeline_model_parallel_size > 1 is not implemented: "
                 "logprobs and sampling would have to be broadcast from the last stage. Use 1."
+            )
+        self._validate_parallel()
+        if self.precision not in ("float32", "bfloat16"):
+            raise ValueError(
+                f"WorkerConfig.precision must be 'float32' or 'bfloat16', got {self.precision!r}"
+            )
+        if self.precision == "bfloat16" and self.device == "cpu":
+            raise NotImplementedError(
+                "WorkerConfig.precision='bfloat16' is for device='cuda' (megatron-core's "
+                "mixed-precision optimizer); use 'float32' on CPU."
             )
         if self.ddp.overlap_param_gather and not self.ddp.use_distributed_optimizer:
             raise ValueError(
@@ -114,3 +130,29 @@ class WorkerConfig:
                 f"WorkerConfig.micro_batch_size must be >= 1, got {self.micro_batch_size}"
             )
         return self
+
+    def _validate_parallel(self) -> None:
+        """Refuse parallel settings this worker would otherwise drop or run wrong."""
+        p = self.parallel
+        if p.context_parallel_size != 1:
+            raise NotImplementedError(
+                "WorkerConfig.parallel.context_parallel_size > 1 is not implemented: the "
+                "worker's attention masks and logprobs assume whole sequences on each rank. "
+                "Use 1."
+            )
+        if p.expert_model_parallel_size != 1 and self.model.hf_checkpoint is None:
+            raise ValueError(
+                "WorkerConfig.parallel.expert_model_parallel_size > 1 needs a mixture-of-experts "
+                "model (model.hf_checkpoint); the tiny GPT has no experts. Use 1."
+            )
+        if p.sequence_parallel and p.tensor_model_parallel_size == 1:
+            raise ValueError(
+                "WorkerConfig.parallel.sequence_parallel needs tensor_model_parallel_size > 1 "
+                "(it splits the sequence over the TP ranks)."
+            )
+        if p.sequence_parallel and self.device == "cpu":
+            raise NotImplementedError(
+                "WorkerConfig.parallel.sequence_parallel needs Transformer Engine's or apex's "
+                "LayerNorm (megatron-core: 'sequence parallel not supported by torch "
+                "LayerNorm'); the CPU local spec has neither. Use False on CPU."
+            )

@@ -43,10 +43,12 @@ def _transformer_config(config: WorkerConfig) -> Any:
         ffn_hidden_size=m.ffn_hidden_size,
         tensor_model_parallel_size=config.parallel.tensor_model_parallel_size,
         pipeline_model_parallel_size=config.parallel.pipeline_model_parallel_size,
+        sequence_parallel=config.parallel.sequence_parallel,
         # Deterministic forward: parity between split and one-shot steps needs no dropout.
         hidden_dropout=0.0,
         attention_dropout=0.0,
-        params_dtype=torch.float32,
+        bf16=config.precision == "bfloat16",
+        params_dtype=_dtype(config),
         use_cpu_initialization=config.device == "cpu",
         # DDP then SUMS across DP (no 1/dp scaling); the train step divides once by the
         # global valid-token/sequence count instead.
@@ -58,6 +60,10 @@ def _transformer_config(config: WorkerConfig) -> Any:
         masked_softmax_fusion=False,
         bias_activation_fusion=False,
     )
+
+
+def _dtype(config: WorkerConfig) -> torch.dtype:
+    return torch.bfloat16 if config.precision == "bfloat16" else torch.float32
 
 
 def _layer_spec(config: WorkerConfig) -> Any:
@@ -108,8 +114,14 @@ def _build_from_hf(config: WorkerConfig) -> tuple[Any, torch.nn.Module]:
         ) from err
     bridge = AutoBridge.from_hf_pretrained(config.model.hf_checkpoint)
     provider = bridge.to_megatron_provider(load_weights=True)
-    provider.tensor_model_parallel_size = config.parallel.tensor_model_parallel_size
-    provider.pipeline_model_parallel_size = config.parallel.pipeline_model_parallel_size
+    p = config.parallel
+    provider.tensor_model_parallel_size = p.tensor_model_parallel_size
+    provider.pipeline_model_parallel_size = p.pipeline_model_parallel_size
+    provider.expert_model_parallel_size = p.expert_model_parallel_size
+    provider.expert_tensor_parallel_size = p.expert_tensor_parallel_size
+    provider.sequence_parallel = p.sequence_parallel
+    provider.bf16 = config.precision == "bfloat16"
+    provider.params_dtype = _dtype(config)
     provider.calculate_per_token_loss = True
     provider.finalize()
     models = provider.provide_distributed_model(wrap_with_ddp=False)
@@ -149,8 +161,9 @@ def build_policy(config: WorkerConfig) -> PolicyModel:
             adam_eps=o.adam_eps,
             clip_grad=o.clip_grad,
             use_distributed_optimizer=d.use_distributed_optimizer,
-            bf16=False,
+            bf16=config.precision == "bfloat16",
             fp16=False,
+            params_dtype=_dtype(config),
         ),
         [ddp],
     )

@@ -74,7 +74,10 @@ def init_model_parallel(config: WorkerConfig) -> ParallelLayout:
             )
     else:
         parallel_state.initialize_model_parallel(
-            tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp
+            tensor_model_parallel_size=tp,
+            pipeline_model_parallel_size=pp,
+            expert_model_parallel_size=config.parallel.expert_model_parallel_size,
+            expert_tensor_parallel_size=config.parallel.expert_tensor_parallel_size,
         )
     return current_layout()
 

@@ -98,6 +98,10 @@ def worker_config(config: RunConfig, tokens: TaskTokens) -> Any:
         parallel=ParallelConfig(
             tensor_model_parallel_size=mc.tensor_model_parallel_size,
             pipeline_model_parallel_size=mc.pipeline_model_parallel_size,
+            context_parallel_size=mc.context_parallel_size,
+            expert_model_parallel_size=mc.expert_model_parallel_size,
+            expert_tensor_parallel_size=mc.expert_tensor_parallel_size,
+            sequence_parallel=mc.sequence_parallel,
         ),
         ddp=DDPConfig(
             use_distributed_optimizer=mc.optimizer.use_distributed_optimizer,
@@ -118,6 +122,7 @@ def worker_config(config: RunConfig, tokens: TaskTokens) -> Any:
             ratio_clip=config.loss_fn.ratio_clip_min,
         ),
         temperature=p.generation.temperature,
+        precision=p.precision,  # type: ignore[arg-type]
     )
 
 

@@ -196,6 +196,19 @@ def validate(config: RunConfig) -> None:
         raise ConfigError(f"policy.generation.temperature={p.generation.temperature}: must be > 0")
 
 
+def unused_settings(config: RunConfig) -> list[str]:
+    """``key=value`` of the settings this run reads but cannot act on yet, so the CLI can say
+    so instead of dropping them silently: megatron-core's dynamic inference engine does not
+    sample for the worker (see docs/grpo.md), so its ``mcore_generation_config`` is unused."""
+    used = config.policy.generation.mcore_generation_config
+    default = MCoreGenerationSection()
+    return [
+        f"policy.generation.mcore_generation_config.{f.name}={getattr(used, f.name)}"
+        for f in dataclasses.fields(MCoreGenerationSection)
+        if getattr(used, f.name) != getattr(default, f.name)
+    ]
+
+
 def check_data_parallel(config: RunConfig, world_size: int) -> int:
     """Data-parallel size for `world_size` workers; errors name the keys to change."""
     mc = config.policy.megatron_cfg

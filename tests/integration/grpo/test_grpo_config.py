@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from mcore_grpo.cli import main
 from mcore_grpo.grpo.config import load_config, preset_names
-from mcore_grpo.grpo.schema import ConfigError, check_data_parallel
+from mcore_grpo.grpo.schema import ConfigError, check_data_parallel, unused_settings
 from mcore_grpo.grpo.task import DigitAddTask, build_task, score_response
 
 
@@ -134,3 +134,40 @@ def test_task_problems_and_tokenizer() -> None:
     assert task.sample_problems(5, seed=1, step=3) != task.sample_problems(5, seed=1, step=4)
     with pytest.raises(ValueError, match=r"task.max_addend"):
         DigitAddTask(max_addend=10)
+
+
+def test_every_parallel_and_precision_setting_reaches_the_worker() -> None:
+    """The seed's 30B preset: EP=8, sequence parallel and bf16 must reach WorkerConfig, not be
+    parsed and dropped; the engine-only generation settings are reported as unused."""
+    from mcore_grpo.grpo.rank import TaskTokens, worker_config
+
+    config = load_config("qwen3-30b-a3b")
+    worker = worker_config(config, TaskTokens(vocab_size=15, pad_id=0, eos_id=1)).validate()
+    p = worker.parallel
+    assert (p.tensor_model_parallel_size, p.expert_model_parallel_size) == (2, 8)
+    assert (p.expert_tensor_parallel_size, p.sequence_parallel) == (1, True)
+    assert worker.precision == "bfloat16"
+    assert unused_settings(config) == [
+        "policy.generation.mcore_generation_config.unified_memory_level=1",
+        "policy.generation.mcore_generation_config.kv_cache_management_mode=offload",
+        "policy.generation.mcore_generation_config.reset_cuda_graphs=True",
+        "policy.generation.mcore_generation_config.cuda_graph_impl=full_iteration",
+    ]
+    assert unused_settings(load_config("cpu-tiny")) == []
+
+
+@pytest.mark.parametrize(
+    ("override", "error"),
+    [
+        ("policy.megatron_cfg.context_parallel_size=2", "context_parallel_size > 1 is not"),
+        ("policy.megatron_cfg.expert_model_parallel_size=2", "needs a mixture-of-experts"),
+        ("policy.megatron_cfg.sequence_parallel=true", "needs tensor_model_parallel_size > 1"),
+        ("policy.precision=bfloat16", "precision='bfloat16' is for device='cuda'"),
+    ],
+)
+def test_settings_the_cpu_worker_cannot_honour_are_refused(override: str, error: str) -> None:
+    from mcore_grpo.grpo.rank import TaskTokens, worker_config
+
+    config = load_config("cpu-tiny", overrides=[override])
+    with pytest.raises((ValueError, NotImplementedError), match=error):
+        worker_config(config, TaskTokens(vocab_size=15, pad_id=0, eos_id=1)).validate()
