@@ -4,9 +4,10 @@ NeMo-RL's real worker classes (`DTensorPolicyWorkerImpl`, `DTensorPolicyWorkerV2
 `MegatronPolicyWorkerImpl`) are imported from 3rdparty/NeMo-RL with only their heavy
 third-party imports stubbed (heavy_import_stubs.py says which and why). Workers are built
 the way NeMo-RL's own unit tests build them: `object.__new__` plus the state the methods
-read. The real `offload_after_refit()` puts a worker in the offloaded state; then each
-guarded entry point must raise `RuntimeError` naming itself and the prepare step, and
-after each real prepare step the guard must pass.
+read. The real `offload_after_refit()` (and, where a worker has it, `finish_inference()`)
+puts a worker in the offloaded state; then each guarded entry point must raise
+`RuntimeError` naming itself and the prepare step, and after each real prepare step the
+guard must pass.
 
 Device moves are the only thing replaced: the worker's own `move_*` helpers become
 identity functions on the instance and `Tensor.cuda` returns the tensor (the workers call
@@ -182,6 +183,28 @@ def test_offloaded_entry_raises_naming_prepare_step(
         call(worker)
     message = str(excinfo.value)
     assert f"{entry}() was called while the policy weights are offloaded" in message, message
+    assert f"Call {step}() before {entry}()" in message, message
+
+
+# finish_inference() (PPO) offloads the parameters as well; the workers that have it.
+FINISH_CASES = [(kind, entry) for kind in ("dtensor_v2", "megatron") for entry in GUARDED[kind]]
+
+
+@pytest.mark.parametrize(("kind", "entry"), FINISH_CASES, ids=[f"{k}-{e}" for k, e in FINISH_CASES])
+def test_finish_inference_offloads_too(
+    kind: str,
+    entry: str,
+    worker_modules: dict[str, ModuleType],
+    monkeypatch: pytest.MonkeyPatch,
+    no_gpu: None,
+) -> None:
+    worker = _bare_worker(kind, worker_modules, monkeypatch)
+    worker.finish_inference()
+    call, step = ENTRIES[entry]
+    with torch.enable_grad(), pytest.raises(RuntimeError) as excinfo:
+        call(worker)
+    message = str(excinfo.value)
+    assert "offloaded to CPU (by offload_after_refit() or finish_inference())" in message, message
     assert f"Call {step}() before {entry}()" in message, message
 
 
