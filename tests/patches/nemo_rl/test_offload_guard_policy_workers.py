@@ -178,11 +178,17 @@ def test_offloaded_entry_raises_naming_prepare_step(
 ) -> None:
     worker = _bare_worker(kind, worker_modules, monkeypatch)
     worker.offload_after_refit()
+    _assert_guard_stops(worker, entry)
+
+
+def _assert_guard_stops(worker: Any, entry: str) -> None:
+    """`entry` on an offloaded worker raises, naming itself, both offloads and its step."""
     call, step = ENTRIES[entry]
     with torch.enable_grad(), pytest.raises(RuntimeError) as excinfo:
         call(worker)
     message = str(excinfo.value)
     assert f"{entry}() was called while the policy weights are offloaded" in message, message
+    assert "(by offload_after_refit() or finish_inference())" in message, message
     assert f"Call {step}() before {entry}()" in message, message
 
 
@@ -200,12 +206,7 @@ def test_finish_inference_offloads_too(
 ) -> None:
     worker = _bare_worker(kind, worker_modules, monkeypatch)
     worker.finish_inference()
-    call, step = ENTRIES[entry]
-    with torch.enable_grad(), pytest.raises(RuntimeError) as excinfo:
-        call(worker)
-    message = str(excinfo.value)
-    assert "offloaded to CPU (by offload_after_refit() or finish_inference())" in message, message
-    assert f"Call {step}() before {entry}()" in message, message
+    _assert_guard_stops(worker, entry)
 
 
 PREP_CASES = [
