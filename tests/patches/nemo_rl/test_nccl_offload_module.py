@@ -39,7 +39,10 @@ for mode in ("manual", "official"):
     cycles.append({"mode": mode, "destroyed": result.groups_destroyed,
                    "snapshot": result.snapshot, "layout": result.rank_layout,
                    "down": down, "up": ps.model_parallel_is_initialized()})
-print(json.dumps({"file": mod.__file__, "cycles": cycles}))
+print(json.dumps({"file": mod.__file__, "cycles": cycles}), flush=True)
+# Tear down before exit: gloo threads alive at interpreter exit can abort the process.
+ps.destroy_model_parallel()
+dist.destroy_process_group()
 """
 
 
