@@ -9,7 +9,6 @@ import pytest
 from tests.tools.repos import (
     commit,
     init_repo,
-    isolate_git,
     make_patch,
     make_superproject,
     numbered,
@@ -20,10 +19,7 @@ from tools.patchtool.apply import apply_upstream
 from tools.patchtool.cli import main
 from tools.patchtool.manifest import load_manifest
 
-
-@pytest.fixture(autouse=True)
-def _isolated_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    isolate_git(monkeypatch, tmp_path)
+pytestmark = pytest.mark.usefixtures("isolated_git")
 
 
 MOD = "pkg/mod.py"

@@ -13,15 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.tools.repos import init_repo, isolate_git, make_superproject, numbered, run
+from tests.tools.repos import init_repo, make_superproject, numbered, run
 from tools.patchtool.apply import apply_upstream
 from tools.patchtool.cli import main
 from tools.patchtool.manifest import load_manifest
 
-
-@pytest.fixture(autouse=True)
-def _isolated_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    isolate_git(monkeypatch, tmp_path)
+pytestmark = pytest.mark.usefixtures("isolated_git")
 
 
 MOD = "pkg/mod.py"

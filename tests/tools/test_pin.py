@@ -13,7 +13,6 @@ import pytest
 from tests.tools.repos import (
     commit,
     init_repo,
-    isolate_git,
     make_patch,
     numbered,
     run,
@@ -27,10 +26,7 @@ from tools.patchtool.errors import PatchToolError
 from tools.patchtool.manifest import Standin, load_manifest
 from tools.patchtool.pin import run_pin
 
-
-@pytest.fixture(autouse=True)
-def _isolated_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    isolate_git(monkeypatch, tmp_path)
+pytestmark = pytest.mark.usefixtures("isolated_git")
 
 
 LIB_STANDIN = """[Lib.standin]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.tools.repos import commit, init_repo, isolate_git, numbered, run
+from tests.tools.repos import commit, init_repo, numbered, run
 from tools.patchtool.check_pins import (
     AHEAD,
     BEHIND,
@@ -22,10 +22,7 @@ from tools.patchtool.check_pins import (
 )
 from tools.patchtool.cli import main
 
-
-@pytest.fixture(autouse=True)
-def _isolated_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    isolate_git(monkeypatch, tmp_path)
+pytestmark = pytest.mark.usefixtures("isolated_git")
 
 
 @pytest.fixture

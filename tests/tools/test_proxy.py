@@ -8,6 +8,7 @@ the three labelling cases. Also: the exact source always wins over the proxy.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -179,7 +180,7 @@ def test_exact_source_present_means_no_proxy(sandbox: Sandbox) -> None:
 
 def _use_mirror(sandbox: Sandbox, repo: Path) -> None:
     """The exact source becomes reachable: a mirror through url.<repo>.insteadOf."""
-    config = sandbox.tmp / "gitconfig"
+    config = Path(os.environ["GIT_CONFIG_GLOBAL"])  # the sandbox's isolated global config
     config.write_text(f'[url "{repo}"]\n\tinsteadOf = {UNREACHABLE}\n')
 
 

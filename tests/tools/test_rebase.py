@@ -13,7 +13,6 @@ from tests.support.network import pypi_reachable
 from tests.tools.repos import (
     commit,
     init_repo,
-    isolate_git,
     make_patch,
     make_superproject,
     numbered,
@@ -37,10 +36,7 @@ from tools.patchtool.rebase import (
 )
 from tools.patchtool.rebase_cmd import run_rebase
 
-
-@pytest.fixture(autouse=True)
-def _isolated_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    isolate_git(monkeypatch, tmp_path)
+pytestmark = pytest.mark.usefixtures("isolated_git")
 
 
 MOD = "pkg/mod.py"

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import GitError, PatchToolError
-from .git import format_patch, git, git_text
+from .git import branch_commits, export_commits, git, git_text
 from .manifest import Upstream
 from .paths import patch_path_problems
 from .proxy import ProxyCheck, check_series, proxy_name
@@ -133,15 +133,13 @@ def _exports_to(repo: Path, pin: str, tip: str, series: Series) -> bool:
     """True if pin..tip, exported, is byte for byte the series files (nothing else to keep)."""
     if git_text(["merge-base", pin, tip], repo, check=False) != pin:
         return False  # not built on the pin (e.g. rebased elsewhere): that is work to keep
-    if git_text(["rev-list", "--merges", f"{pin}..{tip}"], repo, check=False):
+    try:
+        commits = branch_commits(repo, pin, tip)
+    except PatchToolError:  # merge commits: not a series
         return False
-    commits = git_text(["rev-list", "--reverse", f"{pin}..{tip}"], repo, check=False).split()
-    if len(commits) != len(series):
-        return False
-    return all(
-        format_patch(repo, f"{sha}^!") == patch.path.read_bytes()
-        for sha, (_, patch) in zip(commits, series, strict=True)
-    )
+    return len(commits) == len(series) and export_commits(repo, commits) == [
+        patch.path.read_bytes() for _, patch in series
+    ]
 
 
 def guard_branch(repo: Path, up: Upstream, pin: str, force: bool, series: Series) -> str:

@@ -12,21 +12,21 @@ is a real upstream diff.
 from __future__ import annotations
 
 import re
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 
 from .errors import PatchToolError
-from .git import git, git_env, git_text
+from .git import git, git_text, git_timeout
 from .manifest import Standin, Upstream
 from .rebase import Base
 from .sources import (
-    PROBE_TIMEOUT_S,
     STANDIN_CACHE,
     STANDIN_IDENTITY,
+    STANDIN_KEY,
     Downloader,
     is_repo,
     pip_download,
+    probe_url,
     read_archive,
 )
 
@@ -57,70 +57,30 @@ def short(ref: str) -> str:
 def history_repos(root: Path, up: Upstream) -> list[Path]:
     """The upstream checkout when it is a real clone (never a stand-in repo)."""
     repo = root / up.path
-    if not is_repo(repo):
+    if not is_repo(repo) or git_text(["config", "--get", STANDIN_KEY], repo, check=False):
         return []
-    proc = subprocess.run(
-        ["git", "config", "--get", "patchtool.standin"],
-        cwd=repo,
-        capture_output=True,
-        env=git_env(),
-        check=False,
-    )
-    return [] if proc.stdout.strip() else [repo]
+    return [repo]
 
 
 def _rev(repo: Path, rev: str) -> str:
-    proc = subprocess.run(
-        ["git", "rev-parse", "--verify", "-q", f"{rev}^{{commit}}"],
-        cwd=repo,
-        capture_output=True,
-        env=git_env(),
-        check=False,
-    )
-    return proc.stdout.decode().strip() if proc.returncode == 0 else ""
-
-
-def _reachable(scratch: Path, url: str) -> str:
-    """'' if `url` answers `git ls-remote` within the probe timeout, else why not."""
-    try:
-        proc = subprocess.run(
-            ["git", "ls-remote", url, "HEAD"],
-            cwd=scratch,
-            capture_output=True,
-            env=git_env(),
-            timeout=PROBE_TIMEOUT_S,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return f"{url} did not answer within {PROBE_TIMEOUT_S:.0f} s"
-    if proc.returncode != 0:
-        lines = proc.stderr.decode(errors="replace").strip().splitlines()
-        return f"{url} unreachable ({lines[-1] if lines else proc.returncode})"
-    return ""
+    return git_text(["rev-parse", "--verify", "-q", f"{rev}^{{commit}}"], repo, check=False)
 
 
 def _fetch(scratch: Path, url: str, rev: str) -> tuple[str, str]:
     """Fetch `rev` (tag, branch or commit) from `url` into the scratch repo; (sha, why-not)."""
-    why = _reachable(scratch, url)
+    why = probe_url(url, scratch)
     if why:
         return "", why
     wants = [f"refs/tags/{rev}", rev] if not re.fullmatch(r"[0-9a-f]{40}", rev) else [rev]
     for want in wants:
-        try:
-            proc = subprocess.run(
-                ["git", "fetch", "-q", "--no-tags", url, want],
-                cwd=scratch,
-                capture_output=True,
-                env=git_env(),
-                timeout=FETCH_TIMEOUT_S,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
+        code, detail = git_timeout(
+            ["fetch", "-q", "--no-tags", url, want], scratch, FETCH_TIMEOUT_S
+        )
+        if code is None:
             return "", f"fetch of {rev} from {url} timed out after {FETCH_TIMEOUT_S:.0f} s"
-        if proc.returncode == 0:
+        if code == 0:
             return _rev(scratch, "FETCH_HEAD"), ""
-        lines = proc.stderr.decode(errors="replace").strip().splitlines()
-        why = lines[-1] if lines else f"git fetch exit {proc.returncode}"
+        why = detail or f"git fetch exit {code}"
     return "", why
 
 

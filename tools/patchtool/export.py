@@ -19,7 +19,7 @@ from pathlib import Path
 from .apply import BRANCH, BRANCH_REF
 from .command import Command, root_of
 from .errors import PatchToolError
-from .git import format_patch, git_text
+from .git import branch_commits, export_commits, git_text
 from .manifest import Upstream, load_manifest
 from .series import SERIES_FILE, read_series
 from .sources import PIN_REF, checkout_dir, detect_source, is_repo
@@ -42,18 +42,6 @@ def slug(subject: str) -> str:
     """A patch file name from a commit subject: `Fix DDP hooks!` -> `fix-ddp-hooks.patch`."""
     text = _SLUG_RE.sub("-", subject.lower()).strip("-")[:60].rstrip("-")
     return f"{text or 'patch'}.patch"
-
-
-def branch_commits(repo: Path, base: str, tip: str) -> list[str]:
-    """Commits base..tip oldest first; refuse merges (a patch series is linear)."""
-    if git_text(["rev-list", "--merges", f"{base}..{tip}"], repo):
-        raise PatchToolError(f"{repo}: {base[:12]}..{tip} has merge commits; linearise it first")
-    out = git_text(["rev-list", "--reverse", f"{base}..{tip}"], repo)
-    return [x for x in out.splitlines() if x]
-
-
-def export_commits(repo: Path, commits: list[str]) -> list[bytes]:
-    return [format_patch(repo, f"{sha}^!") for sha in commits]
 
 
 def patched_range(root: Path, up: Upstream) -> tuple[Path, str, str]:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from pathlib import Path
 
-from .errors import GitError
+from .errors import GitError, PatchToolError
 
 # Settings that change what git prints are pinned on every call, so output (format-patch
 # mboxes above all) is byte-identical whatever the user's or machine's git config says.
@@ -128,8 +129,44 @@ def git_ok(args: list[str], cwd: str | Path, env: dict[str, str] | None = None) 
     return proc.returncode == 0
 
 
+def git_timeout(args: list[str], cwd: str | Path, timeout: float) -> tuple[int | None, str]:
+    """(exit code, last stderr line) of a network git call; exit code None if it timed out.
+
+    On timeout the whole process group is killed (clone and fetch run as git's children,
+    which would otherwise go on writing after we gave up) and waited for.
+    """
+    with subprocess.Popen(
+        ["git", *args],
+        cwd=str(cwd),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=git_env(),
+        start_new_session=True,
+    ) as proc:
+        try:
+            _, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            return None, ""
+    lines = stderr.decode(errors="replace").strip().splitlines()
+    return proc.returncode, lines[-1] if lines else ""
+
+
 def format_patch(repo: str | Path, rev_range: str) -> bytes:
     """The mbox of `rev_range` exactly as patch files store it."""
     out = git([*FORMAT_PATCH_ARGS, rev_range], repo, binary=True)
     assert isinstance(out, bytes)
     return out
+
+
+def branch_commits(repo: Path, base: str, tip: str) -> list[str]:
+    """Commits base..tip oldest first; refuse merges (a patch series is linear)."""
+    if git_text(["rev-list", "--merges", f"{base}..{tip}"], repo):
+        raise PatchToolError(f"{repo}: {base[:12]}..{tip} has merge commits; linearise it first")
+    out = git_text(["rev-list", "--reverse", f"{base}..{tip}"], repo)
+    return [x for x in out.splitlines() if x]
+
+
+def export_commits(repo: Path, commits: list[str]) -> list[bytes]:
+    return [format_patch(repo, f"{sha}^!") for sha in commits]

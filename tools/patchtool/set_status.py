@@ -15,8 +15,8 @@ from pathlib import Path
 from .apply import APPLIED_REF, BRANCH_REF, DIGEST_KEY, series_digest
 from .command import Command, root_of
 from .errors import PatchToolError
-from .export import branch_commits, patched_range
-from .git import git, git_text
+from .export import patched_range
+from .git import branch_commits, git, git_text
 from .manifest import Upstream, load_manifest
 from .series import SERIES_FILE, load_series, read_series
 from .sources import checkout_dir, is_repo

@@ -5,9 +5,7 @@ missing; and materialising the stand-in from a PyPI release archive when no clon
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
@@ -17,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from .errors import GitError, PatchToolError
-from .git import git, git_env, git_ok, git_text
+from .git import git, git_ok, git_text, git_timeout
 from .manifest import Standin, Upstream
 
 SUBMODULE, MIRROR, STANDIN, MISSING = "submodule", "mirror", "standin", "missing"
@@ -94,30 +92,24 @@ def detect_source(root: Path, up: Upstream) -> Source:
 
 
 def _run_git_timeout(args: list[str], cwd: Path, timeout: float) -> tuple[bool, str]:
-    """Run git; on timeout kill its whole process group (a clone runs as git's children, which
-    would otherwise go on writing after we gave up) and wait for it to be gone."""
-    with subprocess.Popen(
-        ["git", *args],
-        cwd=cwd,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=git_env(),
-        start_new_session=True,
-    ) as proc:
-        try:
-            _, stderr = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            return False, f"timed out after {timeout:.0f} s"
-    detail = stderr.decode(errors="replace").strip().splitlines()
-    return proc.returncode == 0, detail[-1] if detail else ""
+    """(ok, why not) of a network git call with a time limit."""
+    code, detail = git_timeout(args, cwd, timeout)
+    if code is None:
+        return False, f"timed out after {timeout:.0f} s"
+    return code == 0, detail
+
+
+def probe_url(url: str, cwd: Path) -> str:
+    """'' if `url` (or its insteadOf mirror) answers `git ls-remote` within the probe time,
+    else why not."""
+    ok, why = _run_git_timeout(["ls-remote", url, "HEAD"], cwd, PROBE_TIMEOUT_S)
+    return "" if ok else f"{url} unreachable ({why})"
 
 
 def url_answers(root: Path, up: Upstream) -> tuple[bool, str]:
     """(True, "") if the submodule URL (or its insteadOf mirror) answers within the probe time."""
-    ok, why = _run_git_timeout(["ls-remote", up.url, "HEAD"], root, PROBE_TIMEOUT_S)
-    return ok, "" if ok else f"{up.url} unreachable ({why})"
+    why = probe_url(up.url, root)
+    return not why, why
 
 
 def _module_gitdir(root: Path, up: Upstream) -> Path:
