@@ -122,18 +122,9 @@ class GRPOLoop:
         n = cfg.grpo.num_generations_per_prompt
         t0 = time.perf_counter()
         problems = self.task.sample_problems(cfg.grpo.num_prompts_per_step, cfg.grpo.seed, step)
-        groups = [GroupSpec(i, p.prompt_ids) for i, p in enumerate(problems)]
-        layout = self.layout
-        world = layout.world
-        # Prompt groups over replicas; with TP > 1 the ranks of one DP replica share groups.
-        per_rank = [(step, g) for g in layout.per_rank(split_even(groups, self.dp))]
         gen_start = time.perf_counter()
-        outputs: list[GenerateResult] = self.runner.call("generate", per_rank)
+        responses, gen_logprobs = self._generate(step, problems)
         generation_time = time.perf_counter() - gen_start
-        # One copy per DP replica, in group order.
-        replica_outputs = layout.per_replica(outputs)
-        responses = [r for out in replica_outputs for r in out.responses]
-        gen_logprobs = [lp for out in replica_outputs for lp in out.generation_logprobs]
         sample_problems: list[Problem] = [p for p in problems for _ in range(n)]
 
         rewards = torch.tensor(
@@ -147,26 +138,11 @@ class GRPOLoop:
             normalize=cfg.grpo.normalize_rewards,
         )
 
-        gbs = cfg.policy.train_global_batch_size
-        # rank_shards[r][k]: rank r's slice of optimizer step k.
-        rank_shards: list[list[TrainShard]] = [[] for _ in range(world)]
-        for start in range(0, len(responses), gbs):
-            idx = list(range(start, start + gbs))
-            shards = [
-                TrainShard(
-                    prompts=[list(sample_problems[i].prompt_ids) for i in part],
-                    responses=[responses[i] for i in part],
-                    advantages=[float(advantages[i]) for i in part],
-                    generation_logprobs=[gen_logprobs[i] for i in part],
-                )
-                for part in split_even(idx, self.dp)
-            ]
-            for r, shard in enumerate(layout.per_rank(shards)):
-                rank_shards[r].append(shard)
+        rank_shards = self._train_shards(sample_problems, responses, advantages, gen_logprobs)
         results: list[TrainResult] = self.runner.call(
-            "train", [(step, rank_shards[r], self.seq_len) for r in range(world)]
+            "train", [(step, shards, self.seq_len) for shards in rank_shards]
         )
-        replica_results = layout.per_replica(results)
+        replica_results = self.layout.per_replica(results)
         kl_tokens = sum(r.tokens for r in replica_results)
         kl = sum(r.kl_sum for r in replica_results) / max(kl_tokens, 1.0)
         losses = results[0].loss  # already reduced over DP by the train step
@@ -186,7 +162,7 @@ class GRPOLoop:
             "logprob_time_s": max(r.logprob_time_s for r in results),
             "training_time_s": max(r.training_time_s for r in results),
             "step_time_s": time.perf_counter() - t0,
-            "workers": world,
+            "workers": self.layout.world,
         }
         if not math.isfinite(record["loss"]):
             raise FloatingPointError(
@@ -194,6 +170,45 @@ class GRPOLoop:
                 "policy.megatron_cfg.optimizer.lr or check the config"
             )
         return record
+
+    def _generate(
+        self, step: int, problems: list[Problem]
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        """Responses and their sampler logprobs, `num_generations_per_prompt` per problem."""
+        groups = [GroupSpec(i, p.prompt_ids) for i, p in enumerate(problems)]
+        # Prompt groups over replicas; with TP > 1 the ranks of one DP replica share groups.
+        per_rank = [(step, g) for g in self.layout.per_rank(split_even(groups, self.dp))]
+        outputs: list[GenerateResult] = self.runner.call("generate", per_rank)
+        # One copy per DP replica, in group order.
+        replica_outputs = self.layout.per_replica(outputs)
+        responses = [r for out in replica_outputs for r in out.responses]
+        gen_logprobs = [lp for out in replica_outputs for lp in out.generation_logprobs]
+        return responses, gen_logprobs
+
+    def _train_shards(
+        self,
+        sample_problems: list[Problem],
+        responses: list[list[int]],
+        advantages: torch.Tensor,
+        gen_logprobs: list[list[float]],
+    ) -> list[list[TrainShard]]:
+        """`[r][k]`: rank r's slice of optimizer step k (global batches cut evenly over DP)."""
+        gbs = self.config.policy.train_global_batch_size
+        rank_shards: list[list[TrainShard]] = [[] for _ in range(self.layout.world)]
+        for start in range(0, len(responses), gbs):
+            idx = list(range(start, start + gbs))
+            shards = [
+                TrainShard(
+                    prompts=[list(sample_problems[i].prompt_ids) for i in part],
+                    responses=[responses[i] for i in part],
+                    advantages=[float(advantages[i]) for i in part],
+                    generation_logprobs=[gen_logprobs[i] for i in part],
+                )
+                for part in split_even(idx, self.dp)
+            ]
+            for r, shard in enumerate(self.layout.per_rank(shards)):
+                rank_shards[r].append(shard)
+        return rank_shards
 
     # ---- checkpoints ----------------------------------------------------------------
     def save(self, step: int) -> Path:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from mcore_grpo.grpo.checkpoint import CheckpointError, find_latest
 from mcore_grpo.grpo.config_loader import load_config
-from mcore_grpo.grpo.loop import GRPOLoop
+from mcore_grpo.grpo.loop import GRPOLoop, ReplicaLayout
 from mcore_grpo.grpo.messages import TaskTokens
 from mcore_grpo.grpo.metrics import REQUIRED_KEYS
 from mcore_grpo.grpo.runner import LocalRunner, WorkerFailed
@@ -90,3 +90,13 @@ def test_worker_error_ends_run_without_checkpoint(tmp_path: Path, short: list[st
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [1]
     assert not (out / "checkpoints").exists()
+
+
+def test_replica_layout_groups_ranks_contiguously() -> None:
+    """TP=2 over 4 ranks: ranks 0,1 are replica 0 and 2,3 replica 1; rank 0 and 2 speak for them."""
+    layout = ReplicaLayout(dp=2, world=4)
+    assert [layout.replica_of(r) for r in range(4)] == [0, 0, 1, 1]
+    assert [layout.first_rank(d) for d in range(2)] == [0, 2]
+    assert layout.per_rank(["a", "b"]) == ["a", "a", "b", "b"]
+    assert layout.per_replica(["r0", "r1", "r2", "r3"]) == ["r0", "r2"]
+    assert ReplicaLayout(dp=2, world=2).per_rank(["a", "b"]) == ["a", "b"]
