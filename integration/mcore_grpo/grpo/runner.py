@@ -1,7 +1,9 @@
 """Runs the policy ranks: in-process (one rank) or as Ray actors joined by torch.distributed.
 
-(Named "runner", not "engine": in this package "engine" means an inference engine, see
-`mcore_grpo.worker.engine_lifecycle`.) `RayRunner` starts Ray locally when no cluster address is given (``RAY_ADDRESS`` or
+Named "runner", not "engine": in this package "engine" means an inference engine (see
+`mcore_grpo.worker.engine_lifecycle`).
+
+`RayRunner` starts Ray locally when no cluster address is given (``RAY_ADDRESS`` or
 ``address=``), creates one `PolicyRank` actor per worker (gloo on CPU, NCCL on GPU, one
 process group over all of them) and calls every actor for each phase of a step. It waits on
 all calls together: the first worker that raises or dies ends the whole call at once with

@@ -1,4 +1,4 @@
-"""mcore_grpo.worker.cpu: redirects scoped, refused with CUDA, and enough for megatron-core on CPU."""
+"""mcore_grpo.worker.cpu: redirects scoped, refused with CUDA, enough for megatron-core on CPU."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """TP=2 on 2 gloo ranks against plain PyTorch at TP=1: the same logprobs and the same update
-(the comparison itself is `tests/integration/worker/tp_parity.py`; the benchmark prints its figures).
+(the comparison itself is `tests/integration/worker/tp_parity.py`; the benchmark prints its
+figures).
 """
 
 from __future__ import annotations

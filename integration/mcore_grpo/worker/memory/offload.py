@@ -136,6 +136,7 @@ def _nccl_offload() -> Any:
     except ImportError as err:
         raise ImportError(
             "mcore_grpo.worker.memory.nccl_offload is missing: it is the NCCL-offload "
-            "implementation shared with patches/NeMo-RL/megatron-nccl-offload.patch (NeMo-RL engineer, issue 6)."
+            "implementation shared with patches/NeMo-RL/megatron-nccl-offload.patch "
+            "(NeMo-RL engineer, issue 6)."
         ) from err
     return nccl_offload
