@@ -17,10 +17,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from mcore_grpo.grpo.config import load_config
-from mcore_grpo.grpo.engine import RayEngine
+from mcore_grpo.grpo.config_loader import load_config
 from mcore_grpo.grpo.loop import GRPOLoop
-from mcore_grpo.grpo.rank import TaskTokens
+from mcore_grpo.grpo.messages import TaskTokens
+from mcore_grpo.grpo.runner import RayRunner
 from mcore_grpo.grpo.task import build_task
 
 COLUMNS = ("generation_time_s", "logprob_time_s", "training_time_s", "step_time_s")
@@ -32,12 +32,12 @@ def run(workers: int, overrides: list[str], out: Path) -> tuple[dict[str, float]
     task = build_task(config.task.name, config.task.max_addend)
     tokens = TaskTokens(task.vocab_size, task.pad_id, task.eos_id)
     start = time.perf_counter()
-    engine = RayEngine(config, tokens, workers)
+    runner = RayRunner(config, tokens, workers)
     startup = time.perf_counter() - start
     try:
-        result = GRPOLoop(config, task, engine, out).run(progress=False)
+        result = GRPOLoop(config, task, runner, out).run(progress=False)
     finally:
-        engine.shutdown()
+        runner.shutdown()
     steady = result.records[1:] or result.records
     return {c: statistics.mean(r[c] for r in steady) for c in COLUMNS}, startup
 

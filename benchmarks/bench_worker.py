@@ -25,12 +25,12 @@ STEPS = 5
 def measure() -> dict[str, float]:
     """One rank's figures (called on both ranks by the spawn)."""
     import torch.distributed as dist
-    from mcore_grpo.comm_volume import count_gradient_reductions
-    from mcore_grpo.cpu import cpu_device
-    from mcore_grpo.model import sync_params
-    from mcore_grpo.worker import MegatronPolicyWorker
+    from mcore_grpo.worker.comm_volume import count_gradient_reductions
+    from mcore_grpo.worker.cpu import cpu_device
+    from mcore_grpo.worker.model import sync_params
+    from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 
-    from tests.integration.harness import (
+    from tests.integration.worker.harness import (
         global_batch,
         local_grad_diff,
         param_diff,
@@ -96,7 +96,7 @@ def main() -> None:
     parser.add_argument("--tests", action="store_true", help="also time pytest tests/integration")
     args = parser.parse_args()
     STEPS = args.steps
-    from tests.integration.harness import spawn2
+    from tests.integration.worker.harness import spawn2
     from tests.support.ports import free_port
 
     start = time.perf_counter()
@@ -107,7 +107,7 @@ def main() -> None:
         print(f"{key:>22}: {worst:.3g}  (max over ranks)")
     start = time.perf_counter()
     init_world1()
-    from tests.integration.tp_parity import compare_with_tp1
+    from tests.integration.worker.tp_parity import compare_with_tp1
 
     tp = compare_with_tp1()
     print(f"TP=2 spawn + TP=1 reference: {time.perf_counter() - start:.1f} s")

@@ -18,17 +18,17 @@ import time
 from pathlib import Path
 
 from mcore_grpo.grpo.checkpoint import CheckpointError
-from mcore_grpo.grpo.config import DEFAULT_PRESET, load_config, preset_names
-from mcore_grpo.grpo.engine import WorkerFailed, make_engine
+from mcore_grpo.grpo.config_loader import DEFAULT_PRESET, load_config, preset_names
+from mcore_grpo.grpo.messages import TaskTokens
 from mcore_grpo.grpo.metrics import summarize
-from mcore_grpo.grpo.rank import TaskTokens
+from mcore_grpo.grpo.runner import WorkerFailed, make_runner
 from mcore_grpo.grpo.schema import ConfigError, RunConfig, unused_settings
 from mcore_grpo.grpo.task import build_task
 
 log = logging.getLogger("mcore_grpo")
 
-# Fault injection for the engine's failure tests: "RANK:STEP" makes that worker raise at
-# that step (tests/integration/grpo/test_grpo_ray.py). Not a user setting.
+# Fault injection for the runner's failure tests: "RANK:STEP" makes that worker raise at
+# that step (tests/integration/grpo/test_runner.py). Not a user setting.
 INJECT_FAILURE_ENV = "MCORE_GRPO_INJECT_FAILURE"
 
 
@@ -125,10 +125,10 @@ def main(argv: list[str] | None = None) -> int:
         config.samples_per_step,
         output_dir,
     )
-    engine = None
+    runner = None
     try:
         fail_rank, fail_step = injected_failure()
-        engine = make_engine(
+        runner = make_runner(
             config,
             tokens,
             args.workers,
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             fail_at_rank=fail_rank,
             fail_at_step=fail_step,
         )
-        loop = GRPOLoop(config, task, engine, output_dir)
+        loop = GRPOLoop(config, task, runner, output_dir)
         result = loop.run(resume=args.resume, progress=not args.no_progress)
     except (ConfigError, CheckpointError, ValueError) as err:
         print(f"mcore-grpo: {err}", file=sys.stderr)
@@ -145,8 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mcore-grpo: run aborted: {err}", file=sys.stderr)
         return 1
     finally:
-        if engine is not None:
-            engine.shutdown()
+        if runner is not None:
+            runner.shutdown()
     summary = summarize(result.records)
     log.info(
         "done in %.1f s: reward %.3f (first 5 steps) -> %.3f (last 5), mean step %.2f s",

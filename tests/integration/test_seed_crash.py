@@ -7,12 +7,17 @@ patches/Megatron-LM/ddp-forward-pre-hook-handles.patch it passes."""
 from __future__ import annotations
 
 import torch
-from mcore_grpo.cpu import cpu_device
-from mcore_grpo.generation import SamplingParams
-from mcore_grpo.model import sync_params
-from mcore_grpo.worker import MegatronPolicyWorker
+from mcore_grpo.worker.cpu import cpu_device
+from mcore_grpo.worker.generation import SamplingParams
+from mcore_grpo.worker.model import sync_params
+from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 
-from tests.integration.harness import cpu_cuda_graph_toggle, global_batch, prompts, tiny_config
+from tests.integration.worker.harness import (
+    cpu_cuda_graph_toggle,
+    global_batch,
+    prompts,
+    tiny_config,
+)
 
 
 def test_generation_cudagraphs_then_reference_logprobs_then_train(world1: None) -> None:

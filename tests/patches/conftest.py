@@ -1,7 +1,7 @@
 """Fixtures for the patch tripwire tests that need a running megatron-core.
 
 megatron-core's DDP and model code hard-code CUDA in a few places; on a CPU machine the
-redirects of `mcore_grpo.cpu` (one small module, each redirect commented with the upstream line
+redirects of `mcore_grpo.worker.cpu` (one small module, each redirect commented with the upstream line
 needing it) make them run. They are active only inside the fixture and only without CUDA.
 """
 
@@ -23,7 +23,7 @@ def mcore_parallel() -> Iterator[None]:
     Reuses a process group / parallel state another fixture already set up in this session.
     """
     import torch.distributed as dist
-    from mcore_grpo.cpu import model_parallel_seed
+    from mcore_grpo.worker.cpu import model_parallel_seed
     from megatron.core import parallel_state
 
     created_pg = False
@@ -50,7 +50,7 @@ def mcore_parallel() -> Iterator[None]:
 @pytest.fixture
 def mcore_device(mcore_parallel: None) -> Iterator[str]:
     """The device megatron-core runs on; CPU redirects active for the test when CUDA is absent."""
-    from mcore_grpo.cpu import cpu_device
+    from mcore_grpo.worker.cpu import cpu_device
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     with cpu_device(device):

@@ -26,10 +26,10 @@ import torch
 
 from mcore_grpo.grpo import checkpoint
 from mcore_grpo.grpo.advantages import group_advantages
-from mcore_grpo.grpo.config import dump_yaml
-from mcore_grpo.grpo.engine import Engine
+from mcore_grpo.grpo.config_loader import dump_yaml
+from mcore_grpo.grpo.messages import GenerateResult, GroupSpec, TrainResult, TrainShard
 from mcore_grpo.grpo.metrics import MetricsWriter, plot_metrics, read_metrics, step_line
-from mcore_grpo.grpo.rank import GroupSpec
+from mcore_grpo.grpo.runner import Runner
 from mcore_grpo.grpo.schema import RunConfig, check_data_parallel
 from mcore_grpo.grpo.task import DigitAddTask, Problem
 
@@ -52,25 +52,54 @@ def split_even(items: list[Any], parts: int) -> list[list[Any]]:
     return [items[i * size : (i + 1) * size] for i in range(parts)]
 
 
+@dataclass(frozen=True)
+class ReplicaLayout:
+    """Which data-parallel replica each rank belongs to: `world` ranks, `dp` replicas.
+
+    Ranks are grouped contiguously (with TP > 1 the ranks of one replica share its data and
+    return the same results): rank r is in replica ``r * dp // world``.
+    """
+
+    dp: int
+    world: int
+
+    def replica_of(self, rank: int) -> int:
+        """The replica `rank` belongs to."""
+        return rank * self.dp // self.world
+
+    def first_rank(self, replica: int) -> int:
+        """The lowest rank of `replica` (the one whose results speak for it)."""
+        return replica * self.world // self.dp
+
+    def per_rank(self, per_replica: list[Any]) -> list[Any]:
+        """`per_replica[d]` handed to every rank of replica d, in rank order."""
+        return [per_replica[self.replica_of(r)] for r in range(self.world)]
+
+    def per_replica(self, per_rank: list[Any]) -> list[Any]:
+        """One result per replica (its first rank's), in replica order."""
+        return [per_rank[self.first_rank(d)] for d in range(self.dp)]
+
+
 class GRPOLoop:
-    """Drives the engine through `grpo.max_num_steps` GRPO steps."""
+    """Drives the runner's ranks through `grpo.max_num_steps` GRPO steps."""
 
     def __init__(
         self,
         config: RunConfig,
         task: DigitAddTask,
-        engine: Engine,
+        runner: Runner,
         output_dir: Path,
         *,
         on_step: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.config = config
         self.task = task
-        self.engine = engine
+        self.runner = runner
         # Absolute: Ray actors run in their own working directory.
         self.output_dir = output_dir.resolve()
         self.on_step = on_step
-        self.dp = check_data_parallel(config, engine.world_size)
+        self.dp = check_data_parallel(config, runner.world_size)
+        self.layout = ReplicaLayout(self.dp, runner.world_size)
         if config.grpo.num_prompts_per_step % self.dp:
             raise ValueError(
                 f"grpo.num_prompts_per_step={config.grpo.num_prompts_per_step} must be a "
@@ -93,18 +122,9 @@ class GRPOLoop:
         n = cfg.grpo.num_generations_per_prompt
         t0 = time.perf_counter()
         problems = self.task.sample_problems(cfg.grpo.num_prompts_per_step, cfg.grpo.seed, step)
-        groups = [GroupSpec(i, p.prompt_ids) for i, p in enumerate(problems)]
-        world = self.engine.world_size
-        # Prompt groups over ranks; with TP > 1 the ranks of one DP replica share groups.
-        dp_groups = split_even(groups, self.dp)
-        per_rank = [(step, dp_groups[r * self.dp // world]) for r in range(world)]
         gen_start = time.perf_counter()
-        outputs = self.engine.call("generate", per_rank)
+        responses, gen_logprobs = self._generate(step, problems)
         generation_time = time.perf_counter() - gen_start
-        # One copy per DP replica, in group order.
-        replica_outputs = [outputs[d * world // self.dp] for d in range(self.dp)]
-        responses = [r for out in replica_outputs for r in out["responses"]]
-        gen_logprobs = [lp for out in replica_outputs for lp in out["generation_logprobs"]]
         sample_problems: list[Problem] = [p for p in problems for _ in range(n)]
 
         rewards = torch.tensor(
@@ -118,28 +138,14 @@ class GRPOLoop:
             normalize=cfg.grpo.normalize_rewards,
         )
 
-        gbs = cfg.policy.train_global_batch_size
-        total = len(responses)
-        rank_shards: list[list[dict[str, Any]]] = [[] for _ in range(world)]
-        for start in range(0, total, gbs):
-            idx = list(range(start, start + gbs))
-            for d, part in enumerate(split_even(idx, self.dp)):
-                shard = {
-                    "prompts": [list(sample_problems[i].prompt_ids) for i in part],
-                    "responses": [responses[i] for i in part],
-                    "advantages": [float(advantages[i]) for i in part],
-                    "generation_logprobs": [gen_logprobs[i] for i in part],
-                }
-                for r in range(world):
-                    if r * self.dp // world == d:
-                        rank_shards[r].append(shard)
-        results = self.engine.call(
-            "train", [(step, rank_shards[r], self.seq_len) for r in range(world)]
+        rank_shards = self._train_shards(sample_problems, responses, advantages, gen_logprobs)
+        results: list[TrainResult] = self.runner.call(
+            "train", [(step, shards, self.seq_len) for shards in rank_shards]
         )
-        replica_results = [results[d * world // self.dp] for d in range(self.dp)]
-        kl_tokens = sum(r["tokens"] for r in replica_results)
-        kl = sum(r["kl_sum"] for r in replica_results) / max(kl_tokens, 1.0)
-        losses = results[0]["loss"]  # already reduced over DP by the train step
+        replica_results = self.layout.per_replica(results)
+        kl_tokens = sum(r.tokens for r in replica_results)
+        kl = sum(r.kl_sum for r in replica_results) / max(kl_tokens, 1.0)
+        losses = results[0].loss  # already reduced over DP by the train step
         exact = float((rewards == 1.0).float().mean())
         record = {
             "step": step,
@@ -148,15 +154,15 @@ class GRPOLoop:
             "accuracy": exact,
             "loss": sum(losses) / len(losses),
             "kl": kl,
-            "token_mult_prob_error": sum(r["prob_error_sum"] for r in replica_results)
+            "token_mult_prob_error": sum(r.prob_error_sum for r in replica_results)
             / max(kl_tokens, 1.0),
-            "grad_norm": sum(results[0]["grad_norm"]) / len(losses),
+            "grad_norm": sum(results[0].grad_norm) / len(losses),
             "response_tokens_mean": sum(len(r) for r in responses) / len(responses),
             "generation_time_s": generation_time,
-            "logprob_time_s": max(r["logprob_time_s"] for r in results),
-            "training_time_s": max(r["training_time_s"] for r in results),
+            "logprob_time_s": max(r.logprob_time_s for r in results),
+            "training_time_s": max(r.training_time_s for r in results),
             "step_time_s": time.perf_counter() - t0,
-            "workers": world,
+            "workers": self.layout.world,
         }
         if not math.isfinite(record["loss"]):
             raise FloatingPointError(
@@ -165,24 +171,63 @@ class GRPOLoop:
             )
         return record
 
+    def _generate(
+        self, step: int, problems: list[Problem]
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        """Responses and their sampler logprobs, `num_generations_per_prompt` per problem."""
+        groups = [GroupSpec(i, p.prompt_ids) for i, p in enumerate(problems)]
+        # Prompt groups over replicas; with TP > 1 the ranks of one DP replica share groups.
+        per_rank = [(step, g) for g in self.layout.per_rank(split_even(groups, self.dp))]
+        outputs: list[GenerateResult] = self.runner.call("generate", per_rank)
+        # One copy per DP replica, in group order.
+        replica_outputs = self.layout.per_replica(outputs)
+        responses = [r for out in replica_outputs for r in out.responses]
+        gen_logprobs = [lp for out in replica_outputs for lp in out.generation_logprobs]
+        return responses, gen_logprobs
+
+    def _train_shards(
+        self,
+        sample_problems: list[Problem],
+        responses: list[list[int]],
+        advantages: torch.Tensor,
+        gen_logprobs: list[list[float]],
+    ) -> list[list[TrainShard]]:
+        """`[r][k]`: rank r's slice of optimizer step k (global batches cut evenly over DP)."""
+        gbs = self.config.policy.train_global_batch_size
+        rank_shards: list[list[TrainShard]] = [[] for _ in range(self.layout.world)]
+        for start in range(0, len(responses), gbs):
+            idx = list(range(start, start + gbs))
+            shards = [
+                TrainShard(
+                    prompts=[list(sample_problems[i].prompt_ids) for i in part],
+                    responses=[responses[i] for i in part],
+                    advantages=[float(advantages[i]) for i in part],
+                    generation_logprobs=[gen_logprobs[i] for i in part],
+                )
+                for part in split_even(idx, self.dp)
+            ]
+            for r, shard in enumerate(self.layout.per_rank(shards)):
+                rank_shards[r].append(shard)
+        return rank_shards
+
     # ---- checkpoints ----------------------------------------------------------------
     def save(self, step: int) -> Path:
         """Atomic checkpoint after `step` (see `mcore_grpo.grpo.checkpoint`)."""
         tmp = checkpoint.begin_save(self.output_dir, step)
-        self.engine.call("save", [(str(tmp),)] * self.engine.world_size)
+        self.runner.call("save", [(str(tmp),)] * self.runner.world_size)
         return checkpoint.finish_save(
-            tmp, step, self.engine.world_size, self.signature, self.config.to_dict()
+            tmp, step, self.runner.world_size, self.signature, self.config.to_dict()
         )
 
     def resume(self) -> int:
         """Load the latest checkpoint of `output_dir`; returns the step it ended."""
         point = checkpoint.find_latest(self.output_dir)
-        checkpoint.check_compatible(point, self.signature, self.engine.world_size)
-        self.engine.call(
+        checkpoint.check_compatible(point, self.signature, self.runner.world_size)
+        self.runner.call(
             "load",
             [
                 (str(point.rank_file(r)), str(point.reference_file))
-                for r in range(self.engine.world_size)
+                for r in range(self.runner.world_size)
             ],
         )
         return point.step
@@ -232,6 +277,6 @@ class GRPOLoop:
                 result.records,
                 self.output_dir / "reward_loss.png",
                 f"GRPO {self.config.policy.model_name} on {self.task.name} "
-                f"({self.engine.world_size} worker{'s' if self.engine.world_size > 1 else ''})",
+                f"({self.runner.world_size} worker{'s' if self.runner.world_size > 1 else ''})",
             )
         return result

@@ -14,13 +14,22 @@ number of valid tokens in the *whole* optimizer step (all microbatches, all data
 ranks); sequence-level loss averages each sequence over its tokens and divides by the global
 number of valid sequences. The caller passes those global counts, so summing the microbatch
 losses gives exactly the full-batch mean and gradient accumulation needs no rescaling.
+
+This is the ONE GRPO loss of the project. The split train step differentiates it through
+`loss_sum_fn` (normalisation factors 1; the step divides once by the global
+`mcore_grpo.worker.batch.valid_count`, over the positions `loss_mask` selects). The worker's
+default loss is the same function without a KL term (`policy_gradient_only`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import torch
+
+from mcore_grpo.worker.batch import Batch, LossSumFn, loss_mask
+from mcore_grpo.worker.config import LossConfig
 
 KL_TYPES = ("k1", "k2", "k3")
 
@@ -94,10 +103,34 @@ def _reduce(
     return (seq_mean * (tokens_per_seq > 0)).sum() / global_valid_seqs
 
 
+def clipped_token_loss(
+    logprobs: torch.Tensor,
+    prev_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    cfg: ClippedPGLossConfig,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token clipped surrogate (dual clip included) and where the clip decided, [B, T].
+
+    ``max(-A r, -A clip(r))`` with ``r = exp(logprobs - prev_logprobs)``; `advantages` is [B]
+    or [B, T]. The second tensor is 1.0 where the clipped term won (zero gradient this step).
+    """
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(-1)
+    advantages = advantages.expand_as(logprobs)
+    ratios = torch.exp(logprobs - prev_logprobs)
+    clipped = ratios.clamp(1.0 - cfg.ratio_clip_min, 1.0 + cfg.ratio_clip_max)
+    unclipped_loss, clipped_loss = -advantages * ratios, -advantages * clipped
+    clip_loss = torch.max(unclipped_loss, clipped_loss)
+    if cfg.ratio_clip_c is not None:
+        dual = -advantages * cfg.ratio_clip_c
+        clip_loss = torch.where(advantages < 0, torch.min(clip_loss, dual), clip_loss)
+    return clip_loss, (clipped_loss > unclipped_loss).to(logprobs.dtype)
+
+
 def clipped_pg_loss(
     logprobs: torch.Tensor,
     prev_logprobs: torch.Tensor,
-    reference_logprobs: torch.Tensor,
+    reference_logprobs: torch.Tensor | None,
     advantages: torch.Tensor,
     mask: torch.Tensor,
     cfg: ClippedPGLossConfig,
@@ -108,40 +141,38 @@ def clipped_pg_loss(
     """The GRPO loss of one microbatch, already divided by the step's global counts.
 
     All tensors are aligned on generated-token positions, shape [B, T]: `logprobs` (current
-    policy, with grad), `prev_logprobs` (policy before this step), `reference_logprobs`,
-    `mask` (1 where a response token is scored). `advantages` is [B] or [B, T].
+    policy, with grad), `prev_logprobs` (policy before this step), `reference_logprobs`
+    (None: no KL term, which needs ``reference_policy_kl_penalty == 0``), `mask` (1 where a
+    response token is scored). `advantages` is [B] or [B, T].
     Returns the loss and detached metric terms (each normalised like the loss, so they too
     sum over microbatches): ``actor_loss``, ``kl_penalty``, ``kl`` (unscaled KL estimate),
     ``clip_fraction`` (share of tokens the clip decided, token-normalised).
     """
-    if advantages.dim() == 1:
-        advantages = advantages.unsqueeze(-1)
-    advantages = advantages.expand_as(logprobs)
     mask = mask.to(logprobs.dtype)
-
-    ratios = torch.exp(logprobs - prev_logprobs)
-    clipped = ratios.clamp(1.0 - cfg.ratio_clip_min, 1.0 + cfg.ratio_clip_max)
-    unclipped_loss, clipped_loss = -advantages * ratios, -advantages * clipped
-    clip_loss = torch.max(unclipped_loss, clipped_loss)
-    if cfg.ratio_clip_c is not None:
-        dual = -advantages * cfg.ratio_clip_c
-        clip_loss = torch.where(advantages < 0, torch.min(clip_loss, dual), clip_loss)
+    clip_loss, was_clipped = clipped_token_loss(logprobs, prev_logprobs, advantages, cfg)
     token_level = cfg.token_level_loss
     actor_loss = _reduce(clip_loss, mask, token_level, global_valid_toks, global_valid_seqs)
+    if reference_logprobs is None:
+        if cfg.reference_policy_kl_penalty != 0:
+            raise ValueError(
+                "clipped_pg_loss: loss_fn.reference_policy_kl_penalty="
+                f"{cfg.reference_policy_kl_penalty} needs the reference policy's logprobs "
+                "(batch['reference_policy_logprobs'])"
+            )
+        loss = actor_loss
+        kl = kl_penalty = torch.zeros((), dtype=actor_loss.dtype)
+    else:
+        kl_tokens = calculate_kl(
+            logprobs,
+            reference_logprobs,
+            cfg.reference_policy_kl_type,
+            cfg.kl_input_clamp_value,
+            cfg.kl_output_clamp_value,
+        )
+        kl = _reduce(kl_tokens, mask, token_level, global_valid_toks, global_valid_seqs)
+        kl_penalty = cfg.reference_policy_kl_penalty * kl
+        loss = actor_loss + kl_penalty
 
-    kl_tokens = calculate_kl(
-        logprobs,
-        reference_logprobs,
-        cfg.reference_policy_kl_type,
-        cfg.kl_input_clamp_value,
-        cfg.kl_output_clamp_value,
-    )
-    kl = _reduce(kl_tokens, mask, token_level, global_valid_toks, global_valid_seqs)
-    kl_penalty = cfg.reference_policy_kl_penalty * kl
-    loss = actor_loss + kl_penalty
-
-    # Tokens whose loss the clip decided (their gradient is zero this step).
-    was_clipped = (clipped_loss > unclipped_loss).to(mask.dtype)
     metrics = {
         "actor_loss": actor_loss.detach(),
         "kl_penalty": kl_penalty.detach(),
@@ -149,3 +180,74 @@ def clipped_pg_loss(
         "clip_fraction": ((was_clipped * mask).sum() / global_valid_toks).detach(),
     }
     return loss, metrics
+
+
+# ---- the loss over a worker batch (the train step's `LossSumFn`) --------------------------
+def policy_gradient_only(config: LossConfig) -> ClippedPGLossConfig:
+    """The worker's default loss: symmetric clip `config.ratio_clip`, no KL, no dual clip."""
+    return ClippedPGLossConfig(
+        reference_policy_kl_penalty=0.0,
+        ratio_clip_min=config.ratio_clip,
+        ratio_clip_max=config.ratio_clip,
+        ratio_clip_c=None,
+        token_level_loss=config.level == "token",
+    )
+
+
+def previous_logprobs(logprobs: torch.Tensor, batch: Batch) -> torch.Tensor:
+    """[B, S-1] old-policy logprobs of the trained positions; on-policy (detached) if absent.
+
+    `logprobs` is [B, S-1] (next-token, as the train step computes them); the optional
+    `batch["prev_logprobs"]` is [B, S] aligned with input_ids, position 0 unused -- the
+    layout `get_logprobs` returns, so its output can be put in the batch as it is.
+    """
+    rows, seq = batch["input_ids"].shape
+    if tuple(logprobs.shape) != (rows, seq - 1):
+        raise ValueError(
+            f"grpo loss: logprobs {tuple(logprobs.shape)} must be [B, S-1] = "
+            f"{(rows, seq - 1)} (next-token logprobs of input_ids {(rows, seq)})"
+        )
+    prev = batch.get("prev_logprobs")
+    if prev is None:
+        return logprobs.detach()
+    if tuple(prev.shape) == (rows, seq):
+        return prev[:, 1:]
+    raise ValueError(
+        f"grpo loss: batch['prev_logprobs'] {tuple(prev.shape)} must be [B, S] = "
+        f"{(rows, seq)}, aligned with input_ids like get_logprobs() returns it "
+        "(position 0 unused)"
+    )
+
+
+def per_token_loss(logprobs: torch.Tensor, batch: Batch, cfg: ClippedPGLossConfig) -> torch.Tensor:
+    """[B, S-1] clipped surrogate of each next-token prediction (unmasked, no KL)."""
+    old = previous_logprobs(logprobs, batch)
+    clip_loss, _ = clipped_token_loss(logprobs, old, batch["advantages"].float(), cfg)
+    return clip_loss
+
+
+def loss_sum(logprobs: torch.Tensor, batch: Batch, cfg: ClippedPGLossConfig) -> torch.Tensor:
+    """Un-normalised microbatch sum (normalisation factors 1) of `clipped_pg_loss`.
+
+    Its gradient divided by the global `valid_count` is the loss's: the split train step
+    divides once. The KL term reads ``batch["reference_policy_logprobs"]`` ([B, S], like
+    ``prev_logprobs``); without it the loss has no KL term (allowed only at beta = 0).
+    """
+    old = previous_logprobs(logprobs, batch)
+    reference = batch.get("reference_policy_logprobs")
+    loss, _ = clipped_pg_loss(
+        logprobs,
+        old,
+        None if reference is None else reference[:, 1:],
+        batch["advantages"].float(),
+        loss_mask(batch),
+        cfg,
+        global_valid_toks=1.0,
+        global_valid_seqs=1.0,
+    )
+    return loss
+
+
+def loss_sum_fn(cfg: ClippedPGLossConfig) -> LossSumFn:
+    """`loss_sum` bound to `cfg`: what the worker's train step differentiates."""
+    return partial(loss_sum, cfg=cfg)

@@ -3,7 +3,7 @@
 Keys follow NeMo-RL's names where NeMo-RL has them (``grpo.num_prompts_per_step``,
 ``policy.train_global_batch_size``, ``policy.megatron_cfg.tensor_model_parallel_size``, ...),
 so a NeMo-RL user types the same overrides. Reading presets, YAML files and ``key=value``
-overrides into this schema is `mcore_grpo.grpo.config`.
+overrides into this schema is `mcore_grpo.grpo.config_loader`.
 """
 
 from __future__ import annotations

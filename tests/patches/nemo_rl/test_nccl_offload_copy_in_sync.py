@@ -1,4 +1,4 @@
-"""ONE implementation: mcore_grpo/nccl_offload.py is the module the NeMo-RL patch adds.
+"""ONE implementation: mcore_grpo/worker/memory/nccl_offload.py is the module the NeMo-RL patch adds.
 
 Compared against the file as it stands in patches/NeMo-RL/megatron-nccl-offload.patch, so
 this runs everywhere (no NeMo-RL checkout needed). Only the leading comment header (NVIDIA's
@@ -12,7 +12,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[3]
 PATCH = REPO_ROOT / "patches" / "NeMo-RL" / "megatron-nccl-offload.patch"
 NEMO_RL_PATH = "nemo_rl/models/megatron/nccl_offload.py"
-OURS = REPO_ROOT / "integration" / "mcore_grpo" / "nccl_offload.py"
+OURS = REPO_ROOT / "integration" / "mcore_grpo" / "worker" / "memory" / "nccl_offload.py"
 
 
 def _new_file_from_patch(patch: Path, path: str) -> str:

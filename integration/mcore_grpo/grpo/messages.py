@@ -1,0 +1,66 @@
+"""What the driver and the policy ranks send each other: plain, picklable dataclasses.
+
+The driver (`mcore_grpo.grpo.loop`) calls every rank through a runner
+(`mcore_grpo.grpo.runner`); Ray pickles these across the process boundary, so they hold
+Python lists and numbers only (no tokenizer, no tensors). Driver -> rank: `TaskTokens` (once,
+at construction), `GroupSpec` (per generate call), `TrainShard` (per optimizer step). Rank ->
+driver: `GenerateResult`, `TrainResult`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TaskTokens:
+    """The task facts a rank needs (no tokenizer object crosses the process boundary)."""
+
+    vocab_size: int
+    pad_id: int
+    eos_id: int
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """One prompt group to sample: its global index and prompt token ids."""
+
+    index: int
+    prompt_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class GenerateResult:
+    """One rank's samples for its prompt groups, in group order, each group's rows together."""
+
+    responses: list[list[int]]
+    generation_logprobs: list[list[float]]  # the sampler's logprob of each response token
+    time_s: float
+
+
+@dataclass(frozen=True)
+class TrainShard:
+    """One rank's slice of one optimizer step: a row per sample."""
+
+    prompts: list[list[int]]
+    responses: list[list[int]]
+    advantages: list[float]
+    generation_logprobs: list[list[float]]
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """One rank's part of a GRPO step's training, for the driver to reduce over replicas.
+
+    `kl_sum` and `prob_error_sum` are sums over this rank's response tokens (`tokens` of
+    them); `loss` and `grad_norm` have one entry per optimizer step, already reduced over
+    data parallelism by the train step.
+    """
+
+    kl_sum: float
+    prob_error_sum: float
+    tokens: float
+    loss: list[float]
+    grad_norm: list[float]
+    logprob_time_s: float
+    training_time_s: float

@@ -1,0 +1,194 @@
+"""Runs the policy ranks: in-process (one rank) or as Ray actors joined by torch.distributed.
+
+Named "runner", not "engine": in this package "engine" means an inference engine (see
+`mcore_grpo.worker.engine_lifecycle`).
+
+`RayRunner` starts Ray locally when no cluster address is given (``RAY_ADDRESS`` or
+``address=``), creates one `PolicyRank` actor per worker (gloo on CPU, NCCL on GPU, one
+process group over all of them) and calls every actor for each phase of a step. It waits on
+all calls together: the first worker that raises or dies ends the whole call at once with
+that worker's traceback (`WorkerFailed`) and the other actors are killed, so a peer blocked
+in a collective on the dead worker cannot hang the run.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from mcore_grpo.grpo.messages import TaskTokens
+from mcore_grpo.grpo.rank import PolicyRank
+from mcore_grpo.grpo.schema import RunConfig
+
+
+class WorkerFailed(RuntimeError):
+    """A policy worker raised or died; the message carries its rank and traceback."""
+
+
+class Runner(Protocol):
+    """What the GRPO loop needs from the workers."""
+
+    world_size: int
+
+    def call(self, method: str, per_rank_args: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Call `method` on every rank with its own args; results in rank order."""
+        ...
+
+    def shutdown(self) -> None:
+        """Stop the workers."""
+        ...
+
+
+def free_port() -> int:
+    """An unused TCP port on this host for the torch.distributed rendezvous."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LocalRunner:
+    """One rank in this process (tests, debugging, ``--in-process``)."""
+
+    world_size = 1
+
+    def __init__(
+        self, config: RunConfig, tokens: TaskTokens, *, fail_at_step: int | None = None
+    ) -> None:
+        self.rank = PolicyRank(
+            config, tokens, 0, 1, "127.0.0.1", free_port(), fail_at_step=fail_at_step
+        )
+
+    def call(self, method: str, per_rank_args: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Call the method directly; exceptions propagate as `WorkerFailed`."""
+        (args,) = per_rank_args
+        try:
+            return [getattr(self.rank, method)(*args)]
+        except Exception as err:
+            raise WorkerFailed(f"worker rank 0 failed in {method}: {err!r}") from err
+
+    def shutdown(self) -> None:
+        """Destroy the process group so another runner can start in this process."""
+        self.rank.shutdown()
+
+
+class RayRunner:
+    """`world_size` Ray actors, each one `PolicyRank`."""
+
+    def __init__(
+        self,
+        config: RunConfig,
+        tokens: TaskTokens,
+        world_size: int,
+        *,
+        address: str | None = None,
+        fail_at_rank: int | None = None,
+        fail_at_step: int | None = None,
+    ) -> None:
+        # The actors run this driver's own interpreter (the project venv). Ray's default
+        # `uv run` integration would instead re-launch workers through an ancestor `uv run`
+        # (e.g. `uv run pytest`) from another working directory, where they find no ray
+        # ("No module named 'ray'"). Read by ray at import, so set before the first import.
+        os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+        import ray
+
+        self.world_size = world_size
+        self._ray = ray
+        self._started_ray = False
+        address = address or os.environ.get("RAY_ADDRESS")
+        gpu = config.policy.device == "cuda"
+        if not ray.is_initialized():
+            if address:
+                ray.init(address=address, log_to_driver=True)
+            else:
+                cpus = max(world_size, os.cpu_count() or 1)
+                ray.init(
+                    num_cpus=cpus,
+                    include_dashboard=False,
+                    log_to_driver=True,
+                    configure_logging=False,
+                )
+            self._started_ray = True
+        # Each CPU actor gets an equal share of the cores for its torch threads.
+        threads = None if gpu else max(1, (os.cpu_count() or 1) // world_size)
+        actor_cls = ray.remote(num_cpus=1, num_gpus=1 if gpu else 0, max_restarts=0)(PolicyRank)
+        port = free_port()
+        host = "127.0.0.1" if not address else ray.util.get_node_ip_address()
+        self.actors: list[Any] = [
+            actor_cls.remote(  # type: ignore[attr-defined]
+                config,
+                tokens,
+                rank,
+                world_size,
+                host,
+                port,
+                num_threads=threads,
+                fail_at_step=fail_at_step if rank == fail_at_rank else None,
+            )
+            for rank in range(world_size)
+        ]
+        try:
+            self.call("ready", [()] * world_size)
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def call(self, method: str, per_rank_args: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Dispatch to all actors; the first failure kills the rest and raises at once."""
+        ray = self._ray
+        refs = [
+            getattr(actor, method).remote(*args)
+            for actor, args in zip(self.actors, per_rank_args, strict=True)
+        ]
+        rank_of = {ref: rank for rank, ref in enumerate(refs)}
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                try:
+                    ray.get(ref)
+                except Exception as err:  # RayTaskError (raised) or RayActorError (died)
+                    self.kill()
+                    raise WorkerFailed(
+                        f"worker rank {rank_of[ref]} failed in {method}:\n{err}"
+                    ) from None
+        return ray.get(refs)
+
+    def kill(self) -> None:
+        """Kill every actor now (no graceful teardown: peers may sit in a collective)."""
+        for actor in self.actors:
+            try:
+                self._ray.kill(actor, no_restart=True)
+            except Exception:
+                continue
+        self.actors = []
+
+    def shutdown(self) -> None:
+        """Kill the actors and stop Ray if this runner started it."""
+        if self.actors:
+            self.kill()
+        if self._started_ray and self._ray.is_initialized():
+            # Give the raylet a moment to reap the actors before shutting it down.
+            time.sleep(0.1)
+            self._ray.shutdown()
+
+
+def make_runner(
+    config: RunConfig,
+    tokens: TaskTokens,
+    workers: int,
+    *,
+    in_process: bool = False,
+    fail_at_rank: int | None = None,
+    fail_at_step: int | None = None,
+) -> Runner:
+    """Local runner for ``in_process`` (one worker only), Ray actors otherwise."""
+    if in_process:
+        if workers != 1:
+            raise ValueError(f"--in-process runs exactly one worker, got --workers {workers}")
+        return LocalRunner(
+            config, tokens, fail_at_step=fail_at_step if fail_at_rank in (None, 0) else None
+        )
+    return RayRunner(config, tokens, workers, fail_at_rank=fail_at_rank, fail_at_step=fail_at_step)

@@ -1,0 +1,91 @@
+"""A rank's `TrainShard` -> the worker's training batch, and the logprob diagnostics of it.
+
+Rows are right-padded to the run's sequence length: prompt + response, response tokens
+masked in (`token_mask`), every sample valid (`sample_mask`). Per-token tensors are [B, S]
+aligned with ``input_ids``, the layout of `mcore_grpo.worker.batch`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from mcore_grpo.grpo.loss import ClippedPGLossConfig, calculate_kl
+from mcore_grpo.grpo.messages import TrainShard
+from mcore_grpo.worker.batch import loss_mask
+
+
+def build_batch(
+    prompts: list[list[int]], responses: list[list[int]], seq_len: int, pad_id: int
+) -> dict[str, torch.Tensor]:
+    """Right-padded [B, seq_len] training rows: prompt + response, response tokens masked in."""
+    rows = len(prompts)
+    input_ids = torch.full((rows, seq_len), pad_id, dtype=torch.long)
+    attention = torch.zeros(rows, seq_len, dtype=torch.long)
+    token_mask = torch.zeros(rows, seq_len, dtype=torch.long)
+    for i, (prompt, response) in enumerate(zip(prompts, responses, strict=True)):
+        ids = prompt + response
+        if len(ids) > seq_len:
+            raise ValueError(
+                f"prompt ({len(prompt)}) + response ({len(response)}) tokens exceed "
+                f"{seq_len}; raise policy.max_total_sequence_length"
+            )
+        input_ids[i, : len(ids)] = torch.tensor(ids)
+        attention[i, : len(ids)] = 1
+        token_mask[i, len(prompt) : len(ids)] = 1
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention,
+        "token_mask": token_mask,
+        "sample_mask": torch.ones(rows, dtype=torch.long),
+    }
+
+
+def aligned_logprobs(
+    prompts: list[list[int]], response_logprobs: list[list[float]], seq_len: int
+) -> torch.Tensor:
+    """[B, seq_len] sampler logprobs placed at their response token positions (0 elsewhere)."""
+    out = torch.zeros(len(prompts), seq_len, dtype=torch.float32)
+    for i, (prompt, lps) in enumerate(zip(prompts, response_logprobs, strict=True)):
+        out[i, len(prompt) : len(prompt) + len(lps)] = torch.tensor(lps, dtype=torch.float32)
+    return out
+
+
+def shard_batch(shard: TrainShard, seq_len: int, pad_id: int) -> dict[str, torch.Tensor]:
+    """The training batch of one shard, with its advantages and the sampler's logprobs."""
+    return build_batch(shard.prompts, shard.responses, seq_len, pad_id) | {
+        "advantages": torch.tensor(shard.advantages, dtype=torch.float32),
+        "generation_logprobs": aligned_logprobs(shard.prompts, shard.generation_logprobs, seq_len),
+    }
+
+
+@dataclass(frozen=True)
+class LogprobSums:
+    """Sums over a batch's trained tokens, for the driver to average over all ranks' tokens."""
+
+    kl_sum: float  # KL(policy || reference) estimate before the step
+    prob_error_sum: float  # exp|lp_train - lp_gen|
+    tokens: float
+
+
+def logprob_sums(batch: dict[str, torch.Tensor], cfg: ClippedPGLossConfig) -> LogprobSums:
+    """KL and NeMo-RL's token_mult_prob_error diagnostic over `batch`'s trained tokens.
+
+    Needs ``prev_logprobs``, ``reference_policy_logprobs`` and ``generation_logprobs`` ([B, S]).
+    token_mult_prob_error asks: do training-side logprobs agree with the sampler's?
+    """
+    mask = loss_mask(batch)
+    kl = calculate_kl(
+        batch["prev_logprobs"][:, 1:],
+        batch["reference_policy_logprobs"][:, 1:],
+        cfg.reference_policy_kl_type,
+        cfg.kl_input_clamp_value,
+        cfg.kl_output_clamp_value,
+    )
+    lp_error = (batch["prev_logprobs"] - batch["generation_logprobs"]).abs()[:, 1:]
+    return LogprobSums(
+        kl_sum=float((kl * mask).sum()),
+        prob_error_sum=float((torch.exp(lp_error * mask) * mask).sum()),
+        tokens=float(mask.sum()),
+    )

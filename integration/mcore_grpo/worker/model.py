@@ -1,0 +1,181 @@
+"""Build the policy: megatron-core GPTModel -> DistributedDataParallel -> megatron optimizer."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from mcore_grpo.worker.config import WorkerConfig
+
+
+def mcore_version() -> tuple[int, int]:
+    """(major, minor) of the installed megatron-core, for explicit version guards."""
+    from megatron.core import package_info
+
+    return int(package_info.MAJOR), int(package_info.MINOR)
+
+
+@dataclass
+class PolicyModel:
+    """The three objects every piece works on. `ddp.module` is the bare GPTModel."""
+
+    transformer_config: Any
+    ddp: Any
+    optimizer: Any
+
+    @property
+    def gpt(self) -> torch.nn.Module:
+        """The unwrapped GPTModel (state_dict keys without the DDP `module.` prefix)."""
+        return self.ddp.module
+
+
+def _transformer_config(config: WorkerConfig) -> Any:
+    from megatron.core.transformer import TransformerConfig
+
+    m = config.model
+    return TransformerConfig(
+        num_layers=m.num_layers,
+        hidden_size=m.hidden_size,
+        num_attention_heads=m.num_attention_heads,
+        ffn_hidden_size=m.ffn_hidden_size,
+        tensor_model_parallel_size=config.parallel.tensor_model_parallel_size,
+        pipeline_model_parallel_size=config.parallel.pipeline_model_parallel_size,
+        sequence_parallel=config.parallel.sequence_parallel,
+        # Deterministic forward: parity between split and one-shot steps needs no dropout.
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        bf16=config.precision == "bfloat16",
+        params_dtype=_dtype(config),
+        use_cpu_initialization=config.device == "cpu",
+        # DDP then SUMS across DP (no 1/dp scaling); the train step divides once by the
+        # global valid-token/sequence count instead.
+        calculate_per_token_loss=True,
+        # Need apex/TE kernels; the CPU path has neither.
+        gradient_accumulation_fusion=False,
+        apply_rope_fusion=False,
+        bias_dropout_fusion=False,
+        masked_softmax_fusion=False,
+        bias_activation_fusion=False,
+    )
+
+
+def _dtype(config: WorkerConfig) -> torch.dtype:
+    return torch.bfloat16 if config.precision == "bfloat16" else torch.float32
+
+
+def _layer_spec(config: WorkerConfig) -> Any:
+    from megatron.core.models.gpt.gpt_layer_specs import (
+        get_gpt_layer_local_spec,
+        get_gpt_layer_with_transformer_engine_spec,
+    )
+
+    # Transformer Engine is an optional GPU dependency: look for it without importing it.
+    if config.device == "cpu" or importlib.util.find_spec("transformer_engine") is None:
+        return get_gpt_layer_local_spec()
+    return get_gpt_layer_with_transformer_engine_spec()
+
+
+def build_gpt(config: WorkerConfig) -> tuple[Any, torch.nn.Module]:
+    """GPTModel from the config (tiny local spec on CPU, TE spec on GPU, HF via Bridge)."""
+    if config.model.hf_checkpoint is not None:
+        return _build_from_hf(config)
+    from megatron.core.models.gpt import GPTModel
+
+    tcfg = _transformer_config(config)
+    gpt = GPTModel(
+        config=tcfg,
+        transformer_layer_spec=_layer_spec(config),
+        vocab_size=config.model.padded_vocab_size,
+        max_sequence_length=config.model.max_sequence_length,
+        position_embedding_type="learned_absolute",
+    )
+    if config.device == "cuda":
+        gpt = gpt.cuda()
+    return tcfg, gpt
+
+
+def _build_from_hf(config: WorkerConfig) -> tuple[Any, torch.nn.Module]:
+    """Load a Hugging Face checkpoint through Megatron-Bridge (GPU only)."""
+    if config.device != "cuda":
+        raise NotImplementedError(
+            "WorkerConfig.model.hf_checkpoint needs device='cuda': Megatron-Bridge builds "
+            "TE-spec models. Leave hf_checkpoint=None for the tiny CPU model."
+        )
+    try:
+        # Optional GPU-only dependency, absent from the CPU venv pyrefly checks against.
+        from megatron.bridge import AutoBridge  # pyrefly: ignore[missing-import]
+    except ImportError as err:
+        raise ImportError(
+            "WorkerConfig.model.hf_checkpoint is set but Megatron-Bridge is not installed; "
+            "install megatron-bridge (3rdparty/Megatron-Bridge) or set hf_checkpoint=None."
+        ) from err
+    bridge = AutoBridge.from_hf_pretrained(config.model.hf_checkpoint)
+    provider = bridge.to_megatron_provider(load_weights=True)
+    p = config.parallel
+    provider.tensor_model_parallel_size = p.tensor_model_parallel_size
+    provider.pipeline_model_parallel_size = p.pipeline_model_parallel_size
+    provider.expert_model_parallel_size = p.expert_model_parallel_size
+    provider.expert_tensor_parallel_size = p.expert_tensor_parallel_size
+    provider.sequence_parallel = p.sequence_parallel
+    provider.bf16 = config.precision == "bfloat16"
+    provider.params_dtype = _dtype(config)
+    provider.calculate_per_token_loss = True
+    provider.finalize()
+    models = provider.provide_distributed_model(wrap_with_ddp=False)
+    gpt = models[0]
+    return gpt.config, gpt
+
+
+def build_policy(config: WorkerConfig) -> PolicyModel:
+    """GPTModel wrapped in DDP (as configured) plus `get_megatron_optimizer`."""
+    from megatron.core.distributed import (
+        DistributedDataParallel,
+        DistributedDataParallelConfig,
+        finalize_model_grads,
+    )
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+
+    tcfg, gpt = build_gpt(config)
+    d = config.ddp
+    ddp_kwargs: dict[str, Any] = {
+        "use_distributed_optimizer": d.use_distributed_optimizer,
+        "overlap_grad_reduce": d.overlap_grad_reduce,
+        "overlap_param_gather": d.overlap_param_gather,
+        "grad_reduce_in_fp32": d.grad_reduce_in_fp32,
+    }
+    if d.bucket_size is not None:
+        ddp_kwargs["bucket_size"] = d.bucket_size
+    ddp = DistributedDataParallel(tcfg, DistributedDataParallelConfig(**ddp_kwargs), gpt)
+    o = config.optimizer
+    optimizer = get_megatron_optimizer(
+        OptimizerConfig(
+            optimizer=o.name,
+            sgd_momentum=0.0,
+            lr=o.lr,
+            weight_decay=o.weight_decay,
+            adam_beta1=o.adam_beta1,
+            adam_beta2=o.adam_beta2,
+            adam_eps=o.adam_eps,
+            clip_grad=o.clip_grad,
+            use_distributed_optimizer=d.use_distributed_optimizer,
+            bf16=config.precision == "bfloat16",
+            fp16=False,
+            params_dtype=_dtype(config),
+        ),
+        [ddp],
+    )
+    # The hooks megatron's schedules call; the split train step nulls and restores them.
+    tcfg.no_sync_func = ddp.no_sync
+    tcfg.grad_sync_func = ddp.start_grad_sync if d.overlap_grad_reduce else None
+    tcfg.param_sync_func = ddp.start_param_sync if d.overlap_param_gather else None
+    tcfg.finalize_model_grads_func = finalize_model_grads
+    return PolicyModel(transformer_config=tcfg, ddp=ddp, optimizer=optimizer)
+
+
+def sync_params(policy: PolicyModel) -> None:
+    """Make every rank's full params current after an optimizer step (dist-opt gather)."""
+    if policy.ddp.ddp_config.use_distributed_optimizer:
+        policy.ddp.start_param_sync(force_sync=True)

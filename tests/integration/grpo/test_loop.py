@@ -1,0 +1,102 @@
+"""The CPU preset shortened, end to end in this process: metrics, plot, checkpoint, resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcore_grpo.grpo.checkpoint import CheckpointError, find_latest
+from mcore_grpo.grpo.config_loader import load_config
+from mcore_grpo.grpo.loop import GRPOLoop, ReplicaLayout
+from mcore_grpo.grpo.messages import TaskTokens
+from mcore_grpo.grpo.metrics import REQUIRED_KEYS
+from mcore_grpo.grpo.runner import LocalRunner, WorkerFailed
+from mcore_grpo.grpo.task import build_task
+
+
+def _run(
+    out: Path, overrides: list[str], *, resume: bool = False, fail_at_step: int | None = None
+) -> Any:
+    config = load_config(overrides=overrides)
+    task = build_task(config.task.name, config.task.max_addend)
+    tokens = TaskTokens(task.vocab_size, task.pad_id, task.eos_id)
+    runner = LocalRunner(config, tokens, fail_at_step=fail_at_step)
+    try:
+        return GRPOLoop(config, task, runner, out).run(resume=resume, progress=False)
+    finally:
+        runner.shutdown()
+
+
+class _NoRunner:
+    """Stands in for the workers where the code under test must fail before calling them."""
+
+    world_size = 1
+
+    def call(self, method: str, per_rank_args: Any) -> list[Any]:
+        raise AssertionError(f"{method} reached the workers")
+
+    def shutdown(self) -> None:
+        """Nothing to stop."""
+
+
+def test_cpu_preset_short_end_to_end_and_resume(tmp_path: Path, short: list[str]) -> None:
+    out = tmp_path / "run"
+    result = _run(out, short)
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2, 3]
+    for record in records:
+        assert set(REQUIRED_KEYS) <= set(record)
+        assert 0.0 <= record["reward_mean"] <= 1.0
+    assert records[0]["kl"] == 0.0  # the policy is the reference before the first update
+    assert records[-1]["kl"] > 0.0  # ... and has moved away from it after two steps
+    assert records[0]["token_mult_prob_error"] == pytest.approx(1.0, abs=1e-4)
+    assert result.plot_path is not None and result.plot_path.stat().st_size > 10_000
+    point = find_latest(out)
+    assert point.step == 3 and point.path.name == "step_000003"
+    assert not list((out / "checkpoints").glob("*.tmp-*"))
+
+    # Resume: steps 4..5 continue from the checkpoint; steps 1..3 are kept.
+    _run(out, [*short, "grpo.max_num_steps=5"], resume=True)
+    resumed = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in resumed] == [1, 2, 3, 4, 5]
+    assert resumed[:3] == records
+    assert resumed[3]["kl"] > 0.0  # the reference came back from the checkpoint, not re-init
+    assert find_latest(out).step == 5
+
+
+def test_resume_from_different_model_config_is_refused(tmp_path: Path, short: list[str]) -> None:
+    out = tmp_path / "run"
+    _run(out, [*short, "grpo.max_num_steps=1"])
+    config = load_config(overrides=[*short, "policy.tiny_model.hidden_size=32"])
+    task = build_task(config.task.name)
+    loop = GRPOLoop(config, task, _NoRunner(), out)
+    with pytest.raises(CheckpointError, match=r"policy.tiny_model: checkpoint .*'hidden_size': 64"):
+        loop.resume()
+
+
+def test_resume_without_checkpoint_is_refused(tmp_path: Path, short: list[str]) -> None:
+    config = load_config(overrides=short)
+    loop = GRPOLoop(config, build_task("digit-add"), _NoRunner(), tmp_path)
+    with pytest.raises(CheckpointError, match="no finished checkpoint"):
+        loop.resume()
+
+
+def test_worker_error_ends_run_without_checkpoint(tmp_path: Path, short: list[str]) -> None:
+    out = tmp_path / "run"
+    with pytest.raises(WorkerFailed, match="injected failure in generate at step 2 on rank 0"):
+        _run(out, short, fail_at_step=2)
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [1]
+    assert not (out / "checkpoints").exists()
+
+
+def test_replica_layout_groups_ranks_contiguously() -> None:
+    """TP=2 over 4 ranks: ranks 0,1 are replica 0 and 2,3 replica 1; rank 0 and 2 speak for them."""
+    layout = ReplicaLayout(dp=2, world=4)
+    assert [layout.replica_of(r) for r in range(4)] == [0, 0, 1, 1]
+    assert [layout.first_rank(d) for d in range(2)] == [0, 2]
+    assert layout.per_rank(["a", "b"]) == ["a", "a", "b", "b"]
+    assert layout.per_replica(["r0", "r1", "r2", "r3"]) == ["r0", "r2"]
+    assert ReplicaLayout(dp=2, world=2).per_rank(["a", "b"]) == ["a", "b"]

@@ -1,0 +1,227 @@
+"""Test harness: tiny worker configs, synthetic GRPO batches, a 2-process gloo spawn, and the
+plain-PyTorch reference step the parity tests compare against."""
+
+from __future__ import annotations
+
+import os
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from mcore_grpo.grpo import loss as grpo_loss
+from mcore_grpo.worker.batch import valid_count
+from mcore_grpo.worker.config import (
+    DDPConfig,
+    LossConfig,
+    LossLevel,
+    OptimizerSettings,
+    WorkerConfig,
+)
+from mcore_grpo.worker.cpu import cpu_device
+from mcore_grpo.worker.forward import next_token_logprobs, policy_logits
+from mcore_grpo.worker.model import build_gpt
+from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
+from mcore_grpo.worker.reference import _load_in_place
+
+VOCAB = 64
+SEQ = 10
+
+
+def tiny_config(
+    level: LossLevel = "token",
+    overlap: bool = True,
+    clip: float = 0.0,
+    mbs: int = 2,
+    eps: float = 1.0,
+) -> WorkerConfig:
+    """Tiny fp32 GPT, distributed optimizer (Adam only), overlap flags as asked, no clipping.
+
+    Parity uses adam_eps=1: Adam's first step is lr*g/(|g|+eps); with the default 1e-8 it turns
+    1e-10 float noise in mathematically-zero gradients (attention key biases) into +-lr
+    differences, so parameters could not be compared to 1e-6. eps=1 keeps the update linear
+    in g for small g."""
+    return WorkerConfig(
+        micro_batch_size=mbs,
+        ddp=DDPConfig(
+            use_distributed_optimizer=True,
+            overlap_grad_reduce=overlap,
+            overlap_param_gather=overlap,
+            bucket_size=4000,
+        ),
+        optimizer=OptimizerSettings(lr=1e-2, clip_grad=clip, adam_eps=eps),
+        loss=LossConfig(level=level),
+    )
+
+
+def global_batch(rows: int = 8, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Right-padded sequences with UNEVEN valid-token counts, a masked-out sample, advantages
+    and off-policy old logprobs (so the clipped ratio matters)."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, VOCAB, (rows, SEQ), generator=g)
+    lengths = torch.randint(3, SEQ + 1, (rows,), generator=g)
+    attn = (torch.arange(SEQ)[None, :] < lengths[:, None]).float()
+    prompt = torch.randint(1, 3, (rows,), generator=g)
+    token_mask = attn * (torch.arange(SEQ)[None, :] >= prompt[:, None]).float()
+    sample_mask = torch.ones(rows)
+    sample_mask[1] = 0.0
+    return {
+        "input_ids": ids * attn.long(),
+        "attention_mask": attn,
+        "token_mask": token_mask,
+        "sample_mask": sample_mask,
+        "advantages": torch.randn(rows, generator=g),
+        # [B, S] aligned with input_ids (get_logprobs' layout); position 0 is unused.
+        "prev_logprobs": -4.2 + 0.3 * torch.randn(rows, SEQ, generator=g),
+    }
+
+
+def rank_slice(batch: dict[str, torch.Tensor], rank: int, world: int) -> dict[str, torch.Tensor]:
+    """This DP rank's contiguous rows."""
+    rows = batch["input_ids"].shape[0] // world
+    return {k: v[rank * rows : (rank + 1) * rows] for k, v in batch.items()}
+
+
+def _grad_of(name: str, param: torch.Tensor) -> torch.Tensor:
+    """A copy of `param`'s gradient; a parameter the loss never reached is a broken test."""
+    if param.grad is None:
+        raise AssertionError(f"reference step: parameter {name} got no gradient")
+    return param.grad.detach().clone()
+
+
+def reference_step(
+    worker: MegatronPolicyWorker,
+    initial: dict[str, torch.Tensor],
+    batch: dict[str, torch.Tensor],
+    steps: int = 1,
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """Plain PyTorch: same weights, whole global batch, loss = sum / global count, torch optimizer.
+    Returns (grads of the last step, updated params) by parameter name."""
+    cfg = worker.config
+    o = cfg.optimizer
+    with cpu_device(cfg.device):
+        _, ref = build_gpt(cfg)
+        _load_in_place(ref, initial)
+        opt: torch.optim.Optimizer = (
+            torch.optim.Adam(
+                ref.parameters(), lr=o.lr, betas=(o.adam_beta1, o.adam_beta2), eps=o.adam_eps
+            )
+            if o.name == "adam"
+            else torch.optim.SGD(ref.parameters(), lr=o.lr)
+        )
+        for _ in range(steps):
+            opt.zero_grad()
+            logits = policy_logits(ref, batch["input_ids"], batch["attention_mask"])
+            logprobs = next_token_logprobs(logits, batch["input_ids"], cfg.model.vocab_size)
+            count = valid_count(batch, cfg.loss.level)
+            loss = (
+                grpo_loss.loss_sum(logprobs, batch, grpo_loss.policy_gradient_only(cfg.loss))
+                / count
+            )
+            loss.backward()
+            grads = {n: _grad_of(n, p) for n, p in ref.named_parameters()}
+            opt.step()
+    return grads, {n: p.detach().clone() for n, p in ref.named_parameters()}
+
+
+def local_grad_diff(worker: MegatronPolicyWorker, ref_grads: dict[str, torch.Tensor]) -> float:
+    """Max |grad - ref| over this rank's reduced shard of every DDP grad buffer bucket."""
+    ddp = worker.policy.ddp
+    names = {p: n for n, p in worker.policy.gpt.named_parameters()}
+    dp_size, dp_rank = worker.layout.dp_size, worker.layout.dp_rank
+    worst = 0.0
+    for buf in ddp.buffers:
+        ref_flat = torch.zeros_like(buf.grad_data)
+        for param, (start, end, _) in buf.param_index_map.items():
+            ref_flat[start:end] = ref_grads[names[param]].reshape(-1)
+        for bucket in buf.buckets:
+            n = bucket.grad_data.numel() // dp_size
+            lo = bucket.offset + dp_rank * n
+            got = buf.grad_data[lo : lo + n].float()
+            worst = max(worst, (got - ref_flat[lo : lo + n].float()).abs().max().item())
+    return worst
+
+
+def param_diff(worker: MegatronPolicyWorker, ref_params: dict[str, torch.Tensor]) -> float:
+    """Max |param - ref| over all parameters (after the worker's param sync)."""
+    return max(
+        (p.detach() - ref_params[n]).abs().max().item()
+        for n, p in worker.policy.gpt.named_parameters()
+    )
+
+
+def _child(rank: int, world: int, port: int, fn: Callable[[], Any], out: Any) -> None:
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world)
+    )
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        out.put((rank, "ok", fn()))
+    except BaseException:
+        out.put((rank, "error", traceback.format_exc()))
+    finally:
+        dist.destroy_process_group()
+
+
+def spawn2(fn: Callable[[], Any], port: int) -> dict[int, Any]:
+    """Run `fn` on 2 gloo ranks (one spawn); results by rank; a rank's traceback raises."""
+    return spawn_ranks(fn, port, world=2)
+
+
+def spawn_ranks(fn: Callable[[], Any], port: int, world: int) -> dict[int, Any]:
+    """Run `fn` on `world` gloo ranks (one spawn); results by rank; a rank's traceback raises."""
+    ctx = mp.get_context("spawn")
+    out = ctx.SimpleQueue()
+    procs = [ctx.Process(target=_child, args=(r, world, port, fn, out)) for r in range(world)]
+    for p in procs:
+        p.start()
+    results: dict[int, Any] = {}
+    for _ in procs:
+        rank, status, value = out.get()
+        if status != "ok":
+            for p in procs:
+                p.kill()
+            raise AssertionError(f"rank {rank} failed:\n{value}")
+        results[rank] = value
+    for p in procs:
+        p.join(60)
+    return results
+
+
+class EagerCudaGraphManager(torch.nn.Module):
+    """CPU stand-in for megatron's CudaGraphManager (its constructor needs a CUDA stream).
+
+    `TransformerLayer.__call__` routes through `self.cudagraph_manager(self, args, kwargs)`
+    while the attribute exists (megatron/core/transformer/module.py:342); this runs the layer
+    eagerly instead of replaying a graph. Being an nn.Module attribute, it is a submodule, which
+    is what the DDP forward pre-hooks get registered on."""
+
+    def forward(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
+        return torch.nn.Module.__call__(module, *args, **kwargs)
+
+
+def cpu_cuda_graph_toggle(model: torch.nn.Module, set_to: str) -> None:
+    """What `toggle_cuda_graphs(model, set_to)` does to TransformerLayers, with the stand-in:
+    "local" attaches a `cudagraph_manager` submodule, "none" deletes it."""
+    from megatron.core.transformer.transformer_layer import TransformerLayer
+
+    # Typed as plain modules: the stand-in is not the CudaGraphManager the layer declares.
+    layers: list[torch.nn.Module] = [m for m in model.modules() if isinstance(m, TransformerLayer)]
+    for layer in layers:
+        if set_to == "local":
+            layer.cudagraph_manager = EagerCudaGraphManager()
+        elif hasattr(layer, "cudagraph_manager"):
+            delattr(layer, "cudagraph_manager")
+
+
+def prompts(
+    rows: int = 4, length: int = 5, seed: int = 3, vocab: int = VOCAB
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded prompts of lengths 2..length."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, vocab, (rows, length), generator=g)
+    lengths = torch.tensor([length - (i % (length - 1)) for i in range(rows)])
+    mask = (torch.arange(length)[None, :] >= (length - lengths)[:, None]).long()
+    return ids * mask, mask

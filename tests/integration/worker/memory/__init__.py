@@ -1,0 +1,1 @@
+"""Tests of this folder (a package, so test modules import siblings by full name)."""

@@ -1,0 +1,55 @@
+"""Real-vocab logprobs: padded-vocab ids (>= tokenizer vocab) are outside the distribution the
+logprob and training forwards normalise over, as they are outside the sampler's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from mcore_grpo.worker.forward import next_token_logprobs, real_vocab_logits
+
+REAL, PADDED = 6, 8
+
+
+def _logits_and_ids() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 5, PADDED, generator=g)
+    logits[..., REAL:] = 5.0  # padded ids would dominate an unmasked softmax
+    ids = torch.randint(0, REAL, (2, 5), generator=g)
+    return logits, ids
+
+
+def test_logprobs_normalise_over_the_real_vocab_only() -> None:
+    logits, ids = _logits_and_ids()
+    got = next_token_logprobs(logits, ids, REAL)
+    expected = torch.log_softmax(logits[:, :-1, :REAL], dim=-1).gather(-1, ids[:, 1:, None])
+    assert torch.allclose(got, expected.squeeze(-1), atol=1e-6)
+    # The unmasked (full padded vocab) normaliser differs by far more than the tolerance.
+    unmasked = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None])
+    assert (unmasked.squeeze(-1) - got).abs().min() > 1.0
+
+
+def test_padded_logits_get_no_gradient_and_do_not_matter() -> None:
+    logits, ids = _logits_and_ids()
+    logits.requires_grad_(True)
+    lp = next_token_logprobs(logits, ids, REAL)
+    lp.sum().backward()
+    assert logits.grad is not None and torch.isfinite(logits.grad).all()
+    assert float(logits.grad[..., REAL:].abs().max()) == 0.0
+    assert float(logits.grad[..., :REAL].abs().max()) > 0.0
+    shifted = logits.detach().clone()
+    shifted[..., REAL:] = -3.0
+    assert torch.allclose(next_token_logprobs(shifted, ids, REAL), lp.detach(), atol=1e-6)
+
+
+def test_unpadded_vocab_is_a_plain_log_softmax() -> None:
+    logits, ids = _logits_and_ids()
+    assert real_vocab_logits(logits, PADDED) is logits
+    expected = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None])
+    assert torch.allclose(next_token_logprobs(logits, ids, PADDED), expected.squeeze(-1))
+
+
+def test_padded_id_in_the_batch_is_refused() -> None:
+    logits, ids = _logits_and_ids()
+    ids[1, 3] = REAL
+    with pytest.raises(ValueError, match=r"input id 6 >= tokenizer vocab size 6"):
+        next_token_logprobs(logits, ids, REAL)
