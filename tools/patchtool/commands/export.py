@@ -9,7 +9,7 @@ from pathlib import Path
 from ..command import Command, root_of
 from ..core.checkout import BRANCH, BRANCH_REF, checkout_dir, is_repo
 from ..core.export import diff_export, export_upstream, write_export
-from ..core.git import git_text
+from ..core.git import rev
 from ..core.manifest import Upstream, load_manifest
 from ..core.series import SERIES_FILE, read_series
 from ..errors import ExitCode
@@ -32,9 +32,7 @@ def _configure(parser: argparse.ArgumentParser) -> None:
 
 def _has_branch(root: Path, up: Upstream) -> bool:
     repo = checkout_dir(root, up)
-    return is_repo(repo) and bool(
-        git_text(["rev-parse", "-q", "--verify", BRANCH_REF], repo, check=False)
-    )
+    return is_repo(repo) and bool(rev(repo, BRANCH_REF))
 
 
 def _why_not_exportable(

@@ -19,17 +19,27 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.checkout import PIN_REF, checkout_dir, is_repo
-from ..core.git import branch_commits, export_commits, git, git_text
-from ..core.manifest import Upstream
-from ..core.paths import patch_path_problems
-from ..core.series import Patch, SeriesEntry, load_series
 from ..errors import GitError, PatchToolError
 from ..source.detect import MISSING, STANDIN, Source, detect_source, ensure_source, url_answers
 from ..source.proxy import ProxyCheck, check_series, proxy_name
 from ..source.standin import Downloader, pip_download
-from .checkout import APPLIED_REF, BRANCH, BRANCH_REF, DIGEST_KEY, dirty_files, series_digest
-from .series import Series
+from .checkout import (
+    APPLIED_REF,
+    BRANCH,
+    BRANCH_REF,
+    PIN_REF,
+    checkout_dir,
+    dirty_files,
+    head_of,
+    is_applied,
+    is_repo,
+    record_applied,
+    series_digest,
+)
+from .git import branch_commits, export_commits, git, git_text, rev
+from .manifest import Upstream
+from .paths import patch_path_problems
+from .series import Patch, Series, SeriesEntry, load_series
 
 _AM_OPTS = ["-k", "--quiet", "--no-3way", "--whitespace=nowarn", "--committer-date-is-author-date"]
 
@@ -57,16 +67,6 @@ class Outcome:
         return [f"{c.patch}: {c.label} [{self.proxy}]" for c in self.checks]
 
 
-def _head(repo: Path) -> tuple[str, str]:
-    """(symbolic ref or '', commit) of HEAD."""
-    ref = git_text(["symbolic-ref", "-q", "HEAD"], repo, check=False)
-    return ref, git_text(["rev-parse", "-q", "--verify", "HEAD"], repo, check=False)
-
-
-def _ref(repo: Path, ref: str) -> str:
-    return git_text(["rev-parse", "-q", "--verify", ref], repo, check=False)
-
-
 def _refs(repo: Path, names: tuple[str, ...]) -> dict[str, str]:
     """Several refs in one git call ('' for the absent ones)."""
     out = git_text(["for-each-ref", "--format=%(refname) %(objectname)", *names], repo)
@@ -77,10 +77,7 @@ def _refs(repo: Path, names: tuple[str, ...]) -> dict[str, str]:
 
 def is_noop(repo: Path, digest: str) -> bool:
     """True if the checkout already is the applied state of exactly this pin + series."""
-    if git_text(["config", "--get", DIGEST_KEY], repo, check=False) != digest:
-        return False
-    ref, head = _head(repo)
-    return ref == BRANCH_REF and head == _ref(repo, APPLIED_REF) and not dirty_files(repo)
+    return is_applied(repo, digest) and not dirty_files(repo)
 
 
 def refuse_or_stash(repo: Path, up: Upstream, force: bool, command: str) -> str:
@@ -96,7 +93,7 @@ def refuse_or_stash(repo: Path, up: Upstream, force: bool, command: str) -> str:
         )
     message = f"tools/patches {command} --force: saved before {command}"
     git(["stash", "push", "--include-untracked", "-m", message], repo)
-    return _ref(repo, "refs/stash")
+    return rev(repo, "refs/stash")
 
 
 def _exports_to(repo: Path, pin: str, tip: str, series: Series) -> bool:
@@ -118,8 +115,8 @@ def guard_branch(repo: Path, up: Upstream, pin: str, force: bool, series: Series
     A branch that exports to exactly the series (edited, then `tools/patches export`ed) holds
     nothing the series lacks, so it is moved without asking.
     """
-    current = _ref(repo, BRANCH_REF)
-    if not current or current in (_ref(repo, APPLIED_REF), pin):
+    current = rev(repo, BRANCH_REF)
+    if not current or current in (rev(repo, APPLIED_REF), pin):
         return ""
     if _exports_to(repo, pin, current, series):
         return ""
@@ -273,8 +270,8 @@ def retire_proxy_if_exact(root: Path, up: Upstream, source: Source) -> str:
     repo = checkout_dir(root, up)
     heads = git_text(["for-each-ref", "--format=%(refname)", "refs/heads/"], repo).splitlines()
     foreign = [h for h in heads if h not in ("refs/heads/standin", BRANCH_REF)]
-    branch = _ref(repo, BRANCH_REF)
-    if branch and branch not in (_ref(repo, APPLIED_REF), source.pin):
+    branch = rev(repo, BRANCH_REF)
+    if branch and branch not in (rev(repo, APPLIED_REF), source.pin):
         foreign.append(BRANCH_REF)
     if foreign or dirty_files(repo):
         raise PatchToolError(
@@ -301,7 +298,7 @@ def apply_upstream(
     if retired:
         detected = None
     if detected and is_noop(repo, digest):
-        head = _ref(repo, "HEAD")
+        head = rev(repo, "HEAD")
         source = detected
         if source.proxy:
             checks = check_series(repo, source.pin, series)
@@ -331,7 +328,7 @@ def apply_upstream(
     refuse_in_progress(repo, up)
     saved = guard_branch(repo, up, source.pin, force, series)
     stash = refuse_or_stash(repo, up, force, "apply")
-    ref, head = _head(repo)
+    ref, head = head_of(repo)
     refs = _refs(repo, (BRANCH_REF, APPLIED_REF, PIN_REF))
     try:
         git(["checkout", "-q", "--detach", source.pin], repo)
@@ -341,7 +338,7 @@ def apply_upstream(
         updates += f"update {PIN_REF} {source.pin}\n"
         git(["update-ref", "-m", "tools/patches apply", "--stdin"], repo, input=updates)
         git(["symbolic-ref", "HEAD", BRANCH_REF], repo)
-        git(["config", DIGEST_KEY, digest], repo)
+        record_applied(repo, digest)
     except BaseException:
         _restore(repo, ref, head, refs, stash)
         raise
@@ -382,7 +379,7 @@ def reset_upstream(root: Path, up: Upstream, *, force: bool = False) -> Outcome:
     if source.kind == MISSING or not source.pin:
         return Outcome(up.name, "not-verified", f"nothing to reset: {source.detail}")
     stash = refuse_or_stash(repo, up, force, "reset")
-    before = _ref(repo, "HEAD")
+    before = rev(repo, "HEAD")
     git(["checkout", "-q", "--detach", source.pin], repo)
     # Branch `patched` and refs/patchtool/applied stay: a later apply recognises its own work.
     note = f"at pin {source.pin[:12]} (was {before[:12]})"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from .git import git, git_ok
+from .git import git, git_ok, git_text, rev
 from .manifest import Upstream
 from .series import Series
 
@@ -37,7 +37,6 @@ def series_digest(up: Upstream, series_dir: Path, series: Series) -> str:
 def dirty_files(repo: Path) -> list[str]:
     """Uncommitted changes (tracked and untracked, not ignored) as `XY path` lines."""
     out = git(["status", "--porcelain=v1", "--untracked-files=normal"], repo)
-    assert isinstance(out, str)
     return [line for line in out.splitlines() if line.strip()]
 
 
@@ -52,3 +51,47 @@ def is_repo(path: Path) -> bool:
 
 def has_commit(repo: Path, commit: str) -> bool:
     return git_ok(["cat-file", "-e", f"{commit}^{{commit}}"], repo)
+
+
+def standin_spec(repo: Path) -> str:
+    """`package==version` when the checkout is a release stand-in, "" for a clone."""
+    return git_text(["config", "--get", STANDIN_KEY], repo, check=False)
+
+
+def is_real_clone(repo: Path) -> bool:
+    """True if `repo` is a git checkout holding upstream history (not a release stand-in)."""
+    return is_repo(repo) and not standin_spec(repo)
+
+
+def head_of(repo: Path) -> tuple[str, str]:
+    """(symbolic ref or '', commit) of HEAD."""
+    ref = git_text(["symbolic-ref", "-q", "HEAD"], repo, check=False)
+    return ref, rev(repo, "HEAD")
+
+
+def is_applied(repo: Path, digest: str) -> bool:
+    """True if HEAD is branch `patched` exactly as apply left it for this digest (pin + series).
+
+    Uncommitted changes are not looked at: apply's no-op test adds `not dirty_files(repo)`.
+    """
+    if not digest or git_text(["config", "--get", DIGEST_KEY], repo, check=False) != digest:
+        return False
+    ref, head = head_of(repo)
+    return ref == BRANCH_REF and head == rev(repo, APPLIED_REF)
+
+
+def record_applied(repo: Path, digest: str) -> None:
+    """Remember that HEAD's branch is the applied state of `digest` (see `is_applied`)."""
+    git(["config", DIGEST_KEY, digest], repo)
+
+
+def move_branch(repo: Path, new_tip: str, old_tip: str, reason: str) -> bool:
+    """Move branch `patched` old_tip -> new_tip (apply's commits rewritten, e.g. a reworded
+    trailer). True when apply had made old_tip: `APPLIED_REF` follows, and the caller records
+    the new digest with `record_applied`."""
+    applied = rev(repo, APPLIED_REF)
+    git(["update-ref", "-m", reason, BRANCH_REF, new_tip, old_tip], repo)
+    if applied != old_tip:
+        return False
+    git(["update-ref", APPLIED_REF, new_tip], repo)
+    return True

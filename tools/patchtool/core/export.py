@@ -14,11 +14,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.checkout import BRANCH, BRANCH_REF, PIN_REF, checkout_dir, is_repo
-from ..core.git import branch_commits, export_commits, git_text
-from ..core.manifest import Upstream
-from ..core.series import SERIES_FILE, read_series
 from ..errors import PatchToolError
+from .checkout import BRANCH, BRANCH_REF, PIN_REF, checkout_dir, is_repo
+from .git import branch_commits, export_commits, git_text, rev
+from .manifest import Upstream
+from .series import SERIES_FILE, read_series
 
 _SLUG_RE = re.compile(r"[^a-z0-9]+")
 
@@ -46,12 +46,12 @@ def patched_range(root: Path, up: Upstream) -> tuple[Path, str, str]:
         raise PatchToolError(
             f"{up.name}: {up.path} is not a checkout; run tools/patches apply {up.name} first"
         )
-    tip = git_text(["rev-parse", "-q", "--verify", BRANCH_REF], repo, check=False)
+    tip = rev(repo, BRANCH_REF)
     if not tip:
         raise PatchToolError(
             f"{up.name}: no branch {BRANCH} in {up.path}; run tools/patches apply {up.name} first"
         )
-    base = git_text(["rev-parse", "-q", "--verify", PIN_REF], repo, check=False) or up.commit
+    base = rev(repo, PIN_REF) or up.commit
     if git_text(["merge-base", base, tip], repo, check=False) != base:
         raise PatchToolError(
             f"{up.name}: branch {BRANCH} does not descend from the pin {base[:12]}; "

@@ -1,4 +1,11 @@
-"""Small functions over git plumbing. Every git call of the tooling goes through `git()`."""
+"""The one git runner: every git call of the tooling goes through this module.
+
+Every call gets the pinned output config (`PINNED_CONFIG`, one `-c` loop in `command()`), the
+C locale and no prompts (`git_env()`). Variants: `git()` text, `git_bytes()` bytes, `git_text()`
+stripped text, `git_ok()` exit status, `run()` the whole finished process, `git_timeout()`
+network calls that may hang; `rev()` resolves a name (`rev-parse -q --verify`), `patch_id()`
+fingerprints a patch, `format_patch()` is the one producer of patch files (byte-stable).
+"""
 
 from __future__ import annotations
 
@@ -81,6 +88,46 @@ def git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def command(args: list[str]) -> list[str]:
+    """`git -c <pinned>... <args>`: the one place the pinned config is put on a command line."""
+    cmd = ["git"]
+    for item in PINNED_CONFIG:
+        cmd += ["-c", item]
+    return [*cmd, *args]
+
+
+def run(
+    args: list[str],
+    cwd: str | Path,
+    *,
+    input: bytes | str | None = None,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[bytes]:
+    """The finished process of `git <args>` (pinned config, C locale), whatever its exit code.
+
+    For calls whose stderr matters even on success (`git apply -v` reports offsets there).
+    """
+    data = input.encode() if isinstance(input, str) else input
+    return subprocess.run(
+        command(args), cwd=str(cwd), input=data, capture_output=True, env=git_env(env), check=False
+    )
+
+
+def git_bytes(
+    args: list[str],
+    cwd: str | Path,
+    *,
+    input: bytes | str | None = None,
+    env: dict[str, str] | None = None,
+    check: bool = True,
+) -> bytes:
+    """Stdout of `git <args>` as bytes; raise GitError on failure unless `check=False`."""
+    proc = run(args, cwd, input=input, env=env)
+    if check and proc.returncode != 0:
+        raise GitError(args, str(cwd), proc.returncode, proc.stderr.decode(errors="replace"))
+    return proc.stdout
+
+
 def git(
     args: list[str],
     cwd: str | Path,
@@ -88,45 +135,27 @@ def git(
     input: bytes | str | None = None,
     env: dict[str, str] | None = None,
     check: bool = True,
-    binary: bool = False,
-) -> str | bytes:
-    """Run `git <args>` in `cwd` with pinned output config; raise GitError on failure."""
-    cmd = ["git"]
-    for item in PINNED_CONFIG:
-        cmd += ["-c", item]
-    cmd += args
-    data = input.encode() if isinstance(input, str) else input
-    proc = subprocess.run(
-        cmd,
-        cwd=str(cwd),
-        input=data,
-        capture_output=True,
-        env=git_env(env),
-        check=False,
-    )
-    if check and proc.returncode != 0:
-        raise GitError(args, str(cwd), proc.returncode, proc.stderr.decode(errors="replace"))
-    if binary:
-        return proc.stdout
-    return proc.stdout.decode("utf-8", errors="surrogateescape")
+) -> str:
+    """Stdout of `git <args>` as text (undecodable bytes kept as surrogates), not stripped."""
+    out = git_bytes(args, cwd, input=input, env=env, check=check)
+    return out.decode("utf-8", errors="surrogateescape")
 
 
-def git_text(args: list[str], cwd: str | Path, **kwargs: object) -> str:
+def git_text(
+    args: list[str],
+    cwd: str | Path,
+    *,
+    input: bytes | str | None = None,
+    env: dict[str, str] | None = None,
+    check: bool = True,
+) -> str:
     """`git()` returning stripped text."""
-    out = git(args, cwd, **kwargs)  # type: ignore[arg-type]
-    assert isinstance(out, str)
-    return out.strip()
+    return git(args, cwd, input=input, env=env, check=check).strip()
 
 
 def git_ok(args: list[str], cwd: str | Path, env: dict[str, str] | None = None) -> bool:
     """True if `git <args>` exits 0 (for questions such as `cat-file -e`)."""
-    cmd = ["git"]
-    for item in PINNED_CONFIG:
-        cmd += ["-c", item]
-    proc = subprocess.run(
-        [*cmd, *args], cwd=str(cwd), capture_output=True, env=git_env(env), check=False
-    )
-    return proc.returncode == 0
+    return run(args, cwd, env=env).returncode == 0
 
 
 def git_timeout(args: list[str], cwd: str | Path, timeout: float) -> tuple[int | None, str]:
@@ -136,7 +165,7 @@ def git_timeout(args: list[str], cwd: str | Path, timeout: float) -> tuple[int |
     which would otherwise go on writing after we gave up) and waited for.
     """
     with subprocess.Popen(
-        ["git", *args],
+        command(args),
         cwd=str(cwd),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -153,11 +182,20 @@ def git_timeout(args: list[str], cwd: str | Path, timeout: float) -> tuple[int |
     return proc.returncode, lines[-1] if lines else ""
 
 
+def rev(repo: str | Path, name: str) -> str:
+    """`name` resolved (`rev-parse -q --verify`), "" when it does not exist."""
+    return git_text(["rev-parse", "-q", "--verify", name], repo, check=False)
+
+
+def patch_id(repo: str | Path, mbox: bytes) -> str:
+    """`git patch-id --stable` of one patch ("" for a patch without a diff)."""
+    out = git_text(["patch-id", "--stable"], repo, input=mbox)
+    return out.split()[0] if out else ""
+
+
 def format_patch(repo: str | Path, rev_range: str) -> bytes:
     """The mbox of `rev_range` exactly as patch files store it."""
-    out = git([*FORMAT_PATCH_ARGS, rev_range], repo, binary=True)
-    assert isinstance(out, bytes)
-    return out
+    return git_bytes([*FORMAT_PATCH_ARGS, rev_range], repo)
 
 
 def branch_commits(repo: Path, base: str, tip: str) -> list[str]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from ..core.git import git_text
-from ..core.manifest import MANIFEST_PATH, Upstream
+from .git import git_text
+from .manifest import MANIFEST_PATH, Upstream
 
 
 def staged_gitlink(root: Path, up: Upstream) -> str:

@@ -11,12 +11,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.checkout import checkout_dir, is_repo
-from ..core.gitlinks import gitlink_problems
-from ..core.manifest import MANIFEST_PATH, Manifest, Upstream
-from ..core.paths import patch_path_problems
-from ..core.series import RETIRED_DIR, SERIES_FILE, Patch, parse_patch, read_series
 from ..errors import PatchToolError
+from .checkout import checkout_dir, is_repo
+from .gitlinks import gitlink_problems
+from .manifest import MANIFEST_PATH, Manifest, Upstream
+from .paths import patch_path_problems
+from .series import RETIRED_DIR, SERIES_FILE, Patch, parse_patch, read_series
 
 STATUS_RE = re.compile(
     r"^(pending|submitted https?://\S+|accepted \S+|not-needed \S.*|inappropriate \S.*)$"

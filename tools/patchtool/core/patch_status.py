@@ -11,20 +11,20 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.checkout import (
-    APPLIED_REF,
+from ..errors import PatchToolError
+from .checkout import (
     BRANCH_REF,
-    DIGEST_KEY,
     checkout_dir,
     is_repo,
+    move_branch,
+    record_applied,
     series_digest,
 )
-from ..core.export import patched_range
-from ..core.git import branch_commits, git, git_text
-from ..core.manifest import Upstream, load_manifest
-from ..core.series import SERIES_FILE, load_series, read_series
-from ..core.trailers import STATUS_KEY, amend_commit_trailer, set_patch_trailer, status_value
-from ..errors import PatchToolError
+from .export import patched_range
+from .git import branch_commits, rev
+from .manifest import Upstream, load_manifest
+from .series import SERIES_FILE, load_series, read_series
+from .trailers import STATUS_KEY, amend_commit_trailer, set_patch_trailer, status_value
 
 _URL_RE = re.compile(r"^https?://\S+$")
 
@@ -83,9 +83,7 @@ def set_status(root: Path, given: str, kind: str, detail: str) -> list[str]:
 def _update_branch(root: Path, loc: Located, value: str) -> bool:
     up = loc.upstream
     repo = checkout_dir(root, up)
-    if not is_repo(repo) or not git_text(
-        ["rev-parse", "-q", "--verify", BRANCH_REF], repo, check=False
-    ):
+    if not is_repo(repo) or not rev(repo, BRANCH_REF):
         return False
     repo, base, tip = patched_range(root, up)
     commits = branch_commits(repo, base, tip)
@@ -94,10 +92,8 @@ def _update_branch(root: Path, loc: Located, value: str) -> bool:
     new_tip = amend_commit_trailer(repo, commits[loc.index], tip, STATUS_KEY, value)
     if new_tip == tip:
         return False
-    applied = git_text(["rev-parse", "-q", "--verify", APPLIED_REF], repo, check=False)
-    git(["update-ref", "-m", "tools/patches set-status", BRANCH_REF, new_tip, tip], repo)
-    if applied == tip:  # keep `status`/`apply` seeing the branch as the applied series
-        git(["update-ref", APPLIED_REF, new_tip], repo)
+    if move_branch(repo, new_tip, tip, "tools/patches set-status"):
+        # keep `status`/`apply` seeing the branch as the applied series
         series_dir = root / up.series_dir
-        git(["config", DIGEST_KEY, series_digest(up, series_dir, load_series(series_dir))], repo)
+        record_applied(repo, series_digest(up, series_dir, load_series(series_dir)))
     return True

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path, PurePosixPath
 
-from ..core.series import Patch
+from .series import Patch
 
 
 def path_problem(path: str) -> str | None:

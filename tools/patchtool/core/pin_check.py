@@ -14,11 +14,10 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.checkout import checkout_dir
-from ..core.git import git_ok, git_text
-from ..core.manifest import Manifest, Upstream, load_manifest, short, version_for_tag
 from ..errors import ExitCode
-from ..source.detect import MIRROR, SUBMODULE, detect_source
+from .checkout import checkout_dir, has_commit, is_real_clone
+from .git import git_ok, git_text
+from .manifest import Manifest, Upstream, load_manifest, short, version_for_tag
 
 SAME, AHEAD, BEHIND, DIVERGED, UNKNOWN = "same", "ours-ahead", "ours-behind", "diverged", "unknown"
 OK, VIOLATED, UNCONSTRAINED = "satisfied", "violated", "unconstrained"
@@ -50,8 +49,8 @@ def norm_url(url: str) -> str:
 
 def history(root: Path, up: Upstream) -> Path | None:
     """The checkout if it is a real clone (not a stand-in) holding our pin."""
-    source = detect_source(root, up)
-    return checkout_dir(root, up) if source.kind in (SUBMODULE, MIRROR) else None
+    repo = checkout_dir(root, up)
+    return repo if is_real_clone(repo) and has_commit(repo, up.commit) else None
 
 
 def nested_gitlinks(repo: Path, commit: str) -> dict[str, tuple[str, str]]:

@@ -17,12 +17,12 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.checkout import checkout_dir, is_repo
-from ..core.git import git, git_env, git_ok, git_text
-from ..core.manifest import Upstream
-from ..core.patch_status import locate_patch, set_status
-from ..core.series import Patch, parse_patch
 from ..errors import GitError, PatchToolError
+from .checkout import checkout_dir, is_real_clone, is_repo, standin_spec
+from .git import git, git_ok, git_text, rev, run
+from .manifest import Upstream
+from .patch_status import locate_patch, set_status
+from .series import Patch, parse_patch
 
 BRANCH_PREFIX = "mcore-rl-stack/"
 PR_DIR = Path(".cache") / "pr"
@@ -70,8 +70,8 @@ def pr_body(message_body: str, patch: Patch, patch_rel: str) -> str:
 
 
 def _start_point(repo: Path, remote: str, base: str) -> str:
-    for rev in (f"refs/remotes/{remote}/{base}", f"refs/remotes/origin/{base}", base):
-        sha = git_text(["rev-parse", "-q", "--verify", f"{rev}^{{commit}}"], repo, check=False)
+    for name in (f"refs/remotes/{remote}/{base}", f"refs/remotes/origin/{base}", base):
+        sha = rev(repo, f"{name}^{{commit}}")
         if sha:
             return sha
     raise PatchToolError(
@@ -83,7 +83,7 @@ def _start_point(repo: Path, remote: str, base: str) -> str:
 def build_branch(repo: Path, start: str, branch: str, patch_file: Path, force: bool) -> str:
     """`git am` the patch on `start` in a temporary worktree; point `branch` at the result."""
     ref = f"refs/heads/{branch}"
-    existing = git_text(["rev-parse", "-q", "--verify", ref], repo, check=False)
+    existing = rev(repo, ref)
     if existing and not force:
         raise PatchToolError(
             f"{repo}: branch {branch} exists ({existing[:12]}); pass --force to rebuild it "
@@ -131,10 +131,8 @@ def open_pr(
     loc = locate_patch(root, given)
     up: Upstream = loc.upstream
     repo = checkout_dir(root, up)
-    standin = is_repo(repo) and git_text(
-        ["config", "--get", "patchtool.standin"], repo, check=False
-    )
-    if not is_repo(repo) or standin:
+    standin = is_repo(repo) and bool(standin_spec(repo))
+    if not is_real_clone(repo):
         raise PatchToolError(
             f"{up.path}: open-pr needs a git clone of {up.url} (this is "
             f"{'a release stand-in' if standin else 'no checkout'}); run git submodule update --init {up.path}"
@@ -171,7 +169,7 @@ def open_pr(
         raise PatchToolError(
             f"{up.path}: no remote {remote!r}; add your fork: git -C {up.path} remote add {remote} <url>"
         )
-    proc = subprocess.run(push_cmd, capture_output=True, env=git_env(), check=False)
+    proc = run(push_cmd[3:], repo)
     if proc.returncode != 0:
         tail = proc.stderr.decode(errors="replace").strip().splitlines()
         raise PatchToolError(

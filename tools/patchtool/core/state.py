@@ -4,22 +4,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..core.checkout import (
-    APPLIED_REF,
-    BRANCH,
-    BRANCH_REF,
-    DIGEST_KEY,
-    checkout_dir,
-    dirty_files,
-    series_digest,
-)
-from ..core.git import git_ok, git_text
-from ..core.gitlinks import committed_gitlink, staged_gitlink
-from ..core.manifest import Upstream
-from ..core.series import Patch, SeriesEntry, load_series
 from ..errors import PatchToolError
 from ..source.detect import MISSING, STANDIN, detect_source
 from ..source.proxy import check_series, proxy_name
+from .checkout import (
+    BRANCH,
+    BRANCH_REF,
+    checkout_dir,
+    dirty_files,
+    is_applied,
+    series_digest,
+)
+from .git import git_ok, git_text, rev
+from .gitlinks import committed_gitlink, staged_gitlink
+from .manifest import Upstream
+from .series import Patch, SeriesEntry, load_series
 
 
 def _applied_count(repo: Path, pin: str, series: list[tuple[SeriesEntry, Patch]]) -> int:
@@ -61,14 +60,12 @@ def upstream_status(root: Path, up: Upstream) -> dict[str, object]:
         return row
     repo = checkout_dir(root, up)
     ref = git_text(["symbolic-ref", "-q", "HEAD"], repo, check=False)
-    head = git_text(["rev-parse", "-q", "--verify", "HEAD"], repo, check=False)
+    head = rev(repo, "HEAD")
     dirty = dirty_files(repo)
-    digest = git_text(["config", "--get", DIGEST_KEY], repo, check=False)
-    applied_ref = git_text(["rev-parse", "-q", "--verify", APPLIED_REF], repo, check=False)
     current = (
         series_digest(up, root / up.series_dir, series) if row["patches_total"] is not None else ""
     )
-    expected = bool(current) and digest == current and head == applied_ref and ref == BRANCH_REF
+    expected = is_applied(repo, current)
     if source.proxy and source.pin and series:
         # On a proxy only the patches that apply there are on the branch; each is labelled.
         checks = check_series(repo, source.pin, series)

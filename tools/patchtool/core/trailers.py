@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..core.git import git, git_text
-from ..core.series import parse_patch_text
 from ..errors import PatchToolError
+from .git import git, git_text
+from .series import parse_patch_text
 
 STATUS_KEY = "Upstream-Status"
 STATUS_KINDS = ("pending", "submitted", "accepted", "not-needed", "inappropriate")
@@ -109,7 +109,6 @@ def amend_commit_trailer(repo: Path, commit: str, tip: str, key: str, value: str
     new_parent: str | None = None
     for index, sha in enumerate(commits):
         raw = git(["cat-file", "commit", sha], repo)
-        assert isinstance(raw, str)
         header, _, message = raw.partition("\n\n")
         if index == 0:
             message = set_message_trailer(message, key, value, f"commit {sha[:12]}")

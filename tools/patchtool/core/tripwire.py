@@ -27,15 +27,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.checkout import checkout_dir, dirty_files
-from ..core.git import git, git_ok
-from ..core.manifest import Upstream
-from ..core.series import Patch, load_series
-from ..core.state import upstream_status
 from ..errors import GitError, PatchToolError
 from ..rebase.engine import TripwireHook
 from ..source.detect import MISSING, STANDIN, Source, detect_source
 from ..source.proxy import check_series, proxy_name
+from .checkout import checkout_dir, dirty_files
+from .git import git, git_bytes, git_ok
+from .manifest import Upstream
+from .series import Patch, load_series
+from .state import upstream_status
 
 PASSED, FAILED, SKIPPED, NOT_RUN = "passed", "failed", "skipped", "not-run"
 PROVEN, PROVEN_ON_PROXY, NOT_VERIFIED = "proven", "proven on proxy", "not verified here"
@@ -253,8 +253,7 @@ def full_tree(scratch: Path, dest: Path) -> Path:
     )
     present = {line.split(" ")[0] for line in str(check).splitlines() if line.endswith(" blob")}
     paths = [path for sha, path in entries if sha in present]
-    archive = git(["archive", "--format=tar", "HEAD", "--", *paths], scratch, binary=True)
-    assert isinstance(archive, bytes)
+    archive = git_bytes(["archive", "--format=tar", "HEAD", "--", *paths], scratch)
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(dest, filter="data")
     for rel in str(git(["ls-files", "-z"], scratch)).split("\0"):

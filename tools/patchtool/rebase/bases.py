@@ -15,8 +15,8 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from ..core.checkout import STANDIN_KEY, is_repo
-from ..core.git import git, git_text, git_timeout
+from ..core.checkout import is_real_clone
+from ..core.git import git, git_text, git_timeout, rev
 from ..core.manifest import Upstream, short, version_for_tag
 from ..errors import PatchToolError
 from ..rebase.engine import Base
@@ -32,13 +32,13 @@ _SKIP_RE = re.compile(r"(^|/)__pycache__/|\.pyc$|\.egg-info/")
 def history_repos(root: Path, up: Upstream) -> list[Path]:
     """The upstream checkout when it is a real clone (never a stand-in repo)."""
     repo = root / up.path
-    if not is_repo(repo) or git_text(["config", "--get", STANDIN_KEY], repo, check=False):
+    if not is_real_clone(repo):
         return []
     return [repo]
 
 
-def _rev(repo: Path, rev: str) -> str:
-    return git_text(["rev-parse", "--verify", "-q", f"{rev}^{{commit}}"], repo, check=False)
+def _commit(repo: Path, name: str) -> str:
+    return rev(repo, f"{name}^{{commit}}")
 
 
 def _fetch(scratch: Path, url: str, rev: str) -> tuple[str, str]:
@@ -54,7 +54,7 @@ def _fetch(scratch: Path, url: str, rev: str) -> tuple[str, str]:
         if code is None:
             return "", f"fetch of {rev} from {url} timed out after {FETCH_TIMEOUT_S:.0f} s"
         if code == 0:
-            return _rev(scratch, "FETCH_HEAD"), ""
+            return _commit(scratch, "FETCH_HEAD"), ""
         why = detail or f"git fetch exit {code}"
     return "", why
 
@@ -62,7 +62,7 @@ def _fetch(scratch: Path, url: str, rev: str) -> tuple[str, str]:
 def resolve_git(scratch: Path, repos: list[Path], url: str, rev: str) -> tuple[str, str]:
     """`rev` as a commit reachable from the scratch repo: from a history repo, else fetched."""
     for repo in repos:
-        sha = _rev(repo, rev)
+        sha = _commit(repo, rev)
         if sha:
             return sha, ""
     return _fetch(scratch, url, rev)

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..core.git import PINNED_CONFIG, git, git_env, git_text
+from ..core.git import git, git_bytes, git_text, patch_id, rev, run
 from ..core.series import Patch, parse_patch_text
 from ..errors import PatchToolError
 
@@ -123,21 +123,6 @@ class RebaseResult:
 TripwireHook = Callable[[str, Patch, Path], bool | None]
 
 
-def _proc(
-    args: list[str], cwd: Path, input: bytes | None = None
-) -> subprocess.CompletedProcess[bytes]:
-    """A git call whose stderr matters even on success (`git apply -v` reports offsets there).
-
-    Same pinned config and environment as `git.git()`.
-    """
-    cmd = ["git"]
-    for item in PINNED_CONFIG:
-        cmd += ["-c", item]
-    return subprocess.run(
-        [*cmd, *args], cwd=str(cwd), input=input, capture_output=True, env=git_env(), check=False
-    )
-
-
 def _text(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
@@ -183,7 +168,7 @@ def _checkout(scratch: Path, commit: str) -> None:
 def _am(scratch: Path, patch_file: Path, three_way: bool) -> subprocess.CompletedProcess[bytes]:
     args = ["am", "--quiet", "-k", "--no-keep-cr"]  # -k: keep subjects as `apply` does
     args += ["-3"] if three_way else ["--no-3way"]
-    return _proc([*args, str(patch_file)], scratch)
+    return run([*args, str(patch_file)], scratch)
 
 
 def _head(scratch: Path) -> str:
@@ -197,12 +182,6 @@ def _am_in_progress(scratch: Path) -> bool:
 # --- evidence ---------------------------------------------------------------------------------
 
 
-def patch_id_of(repo: Path, data: bytes) -> str:
-    out = git(["patch-id", "--stable"], repo, input=data)
-    assert isinstance(out, str)
-    return out.split()[0] if out.strip() else ""
-
-
 def upstream_patch_ids(scratch: Path, old: str, new: str, paths: list[str]) -> dict[str, str]:
     """patch-id -> upstream commit, for non-merge commits in old..new that touch `paths`."""
     if not paths:
@@ -212,15 +191,12 @@ def upstream_patch_ids(scratch: Path, old: str, new: str, paths: list[str]) -> d
     )
     if not shas:
         return {}
-    log = git(
+    log = git_bytes(
         ["log", "--no-walk=unsorted", "-p", "--full-index", "--no-color", "--stdin"],
         scratch,
         input=shas + "\n",
-        binary=True,
     )
-    assert isinstance(log, bytes)
     out = git(["patch-id", "--stable"], scratch, input=log)
-    assert isinstance(out, str)
     ids: dict[str, str] = {}
     for line in out.splitlines():
         pid, sha = line.split()
@@ -236,16 +212,16 @@ def _accepted_commit(patch: Patch) -> str:
     return ""
 
 
-def _resolve(scratch: Path, rev: str, history_repos: list[Path]) -> str:
+def _resolve(scratch: Path, name: str, history_repos: list[Path]) -> str:
     for repo in [scratch, *history_repos]:
-        proc = _proc(["rev-parse", "--verify", "-q", f"{rev}^{{commit}}"], repo)
-        if proc.returncode == 0:
-            return _text(proc.stdout).strip()
+        sha = rev(repo, f"{name}^{{commit}}")
+        if sha:
+            return sha
     return ""
 
 
 def _is_ancestor(scratch: Path, commit: str, of: str) -> bool:
-    return _proc(["merge-base", "--is-ancestor", commit, of], scratch).returncode == 0
+    return run(["merge-base", "--is-ancestor", commit, of], scratch).returncode == 0
 
 
 # --- replay -----------------------------------------------------------------------------------
@@ -309,7 +285,7 @@ class Replayer:
     def evidence(self, item: _Input, inputs: list[_Input], result: PatchResult) -> None:
         scratch = self.scratch
         if self.old.history and self.new.history:
-            pid = patch_id_of(scratch, item.data)
+            pid = patch_id(scratch, item.data)
             hit = self._upstream_ids(inputs).get(pid)
             if hit:
                 result.evidence.append(
@@ -331,7 +307,7 @@ class Replayer:
                             "accepted", f"{accepted} is an ancestor of {self.new.label}", accepted
                         )
                     )
-        reverse = _proc(["apply", "-R", "--check", str(item.file)], scratch)
+        reverse = run(["apply", "-R", "--check", str(item.file)], scratch)
         if reverse.returncode == 0:
             result.evidence.append(
                 Evidence("reverse", f"the patch reverse-applies on {self.new.label}")
@@ -357,7 +333,7 @@ class Replayer:
         proc = _am(self.scratch, item.file, three_way=True)
         noop = proc.returncode == 0 and _head(self.scratch) == before
         if _am_in_progress(self.scratch):
-            _proc(["am", "--abort"], self.scratch)
+            run(["am", "--abort"], self.scratch)
         _checkout(self.scratch, before)
         return noop
 
@@ -366,7 +342,7 @@ class Replayer:
         scratch = self.scratch
         result = PatchResult(item.name, item.patch.subject)
         self.evidence(item, inputs, result)
-        forward = _proc(["apply", "--check", "-v", str(item.file)], scratch)
+        forward = run(["apply", "--check", "-v", str(item.file)], scratch)
         if result.evidence:
             result.classification = UPSTREAMED
             if forward.returncode == 0:
@@ -408,7 +384,6 @@ class Replayer:
                 ["show", "--format=", "--no-color", result.new_commit, "--", *result.failed_files],
                 scratch,
             )
-            assert isinstance(shown, str)
             result.hunks = shown
             return result
         result.classification = CONFLICT
@@ -418,7 +393,6 @@ class Replayer:
             result.conflict_files = result.failed_files
             result.note = _text(proc.stderr).strip().splitlines()[-1] if proc.stderr else ""
         diff = git(["diff", "--no-color"], scratch)
-        assert isinstance(diff, str)
         result.hunks = diff
         return result
 
@@ -464,7 +438,7 @@ def build_old_series(scratch: Path, old: Base, inputs: list[_Input]) -> list[str
     for item in inputs:
         proc = _am(scratch, item.file, three_way=False)
         if proc.returncode != 0:
-            _proc(["am", "--abort"], scratch)
+            run(["am", "--abort"], scratch)
             raise PatchToolError(
                 f"{item.name} does not apply to the current pin {old.label}: "
                 f"{_text(proc.stderr).strip().splitlines()[-1] if proc.stderr.strip() else ''}; "
@@ -497,7 +471,7 @@ def _save_state(result: RebaseResult, first: int, history: list[Path]) -> None:
 
 
 def _range_diff(scratch: Path, old: Base, old_tip: str, new: Base, new_tip: str) -> str:
-    proc = _proc(
+    proc = run(
         ["range-diff", "--no-color", f"{old.commit}..{old_tip}", f"{new.commit}..{new_tip}"],
         scratch,
     )
@@ -554,7 +528,7 @@ def _replay(
         if res.classification == CONFLICT:
             if first_conflict is None:
                 first_conflict = (index, before)
-            _proc(["am", "--abort"], scratch)
+            run(["am", "--abort"], scratch)
             _checkout(scratch, before)
             if res.conflict_files:
                 res.note = (res.note + "; " if res.note else "") + (

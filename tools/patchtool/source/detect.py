@@ -8,8 +8,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.checkout import PIN_REF, STANDIN_KEY, checkout_dir, has_commit, is_repo
-from ..core.git import git, git_text, git_timeout
+from ..core.checkout import PIN_REF, checkout_dir, has_commit, is_repo, standin_spec
+from ..core.git import git, git_text, git_timeout, rev
 from ..core.manifest import Upstream
 from ..errors import GitError, PatchToolError
 from .standin import Downloader, materialise_standin, pip_download, spec_of
@@ -35,9 +35,9 @@ def detect_source(root: Path, up: Upstream) -> Source:
     repo = checkout_dir(root, up)
     if not is_repo(repo):
         return Source(MISSING, "", f"{up.path} is not a git checkout")
-    standin = git_text(["config", "--get", STANDIN_KEY], repo, check=False)
+    standin = standin_spec(repo)
     if standin:
-        pin = git_text(["rev-parse", "-q", "--verify", PIN_REF], repo, check=False)
+        pin = rev(repo, PIN_REF)
         if up.standin and up.standin.proxy and standin == spec_of(up.standin):
             detail = (
                 f"PROXY release stand-in {standin} for {up.commit[:12]} (nearest release, "

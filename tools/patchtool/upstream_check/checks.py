@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ..command import DEFAULT_ROOT
 from ..core.checkout import checkout_dir, dirty_files
-from ..core.git import format_patch, git, git_ok, git_text
+from ..core.git import format_patch, git_bytes, git_ok, git_text, patch_id
 from ..core.manifest import Upstream
 from ..core.series import Patch, load_series
 from ..errors import PatchToolError
@@ -461,8 +461,7 @@ def _end_of_file(data: bytes) -> list[tuple[int, str, str, str]]:
 def _blob(repo: Path, commit: str, path: str) -> bytes | None:
     if not git_ok(["cat-file", "-e", f"{commit}:{path}"], repo):
         return None
-    out = git(["show", f"{commit}:{path}"], repo, binary=True)
-    assert isinstance(out, bytes)
+    out = git_bytes(["show", f"{commit}:{path}"], repo)
     return out
 
 
@@ -482,11 +481,6 @@ def _check_file(
     return findings
 
 
-def _patch_id(repo: Path, mbox: bytes) -> str:
-    out = git_text(["patch-id", "--stable"], repo, input=mbox)
-    return out.split()[0] if out else ""
-
-
 def patch_commits(repo: Path, pin: str, series: list[Patch], up: Upstream) -> list[str]:
     """The commit of each patch on top of the pin; raise unless pin..HEAD is exactly the series.
 
@@ -501,7 +495,7 @@ def patch_commits(repo: Path, pin: str, series: list[Patch], up: Upstream) -> li
             f"{len(series)} patch(es): {fix}"
         )
     for commit, patch in zip(commits, series, strict=True):
-        if _patch_id(repo, format_patch(repo, f"{commit}~1..{commit}")) != _patch_id(
+        if patch_id(repo, format_patch(repo, f"{commit}~1..{commit}")) != patch_id(
             repo, patch.path.read_bytes()
         ):
             raise PatchToolError(
