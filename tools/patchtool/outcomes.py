@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 
 from .command import root_of
-from .core.apply import Outcome
+from .core.apply import Outcome, State
 from .core.manifest import Upstream, load_manifest
 from .errors import ExitCode, PatchToolError
 
@@ -36,14 +36,14 @@ def each(args: argparse.Namespace, action: Callable[[Upstream], Outcome]) -> lis
             message = " ".join(str(exc).split())
             # The report prefixes every line with the upstream's name; do not say it twice.
             message = message.removeprefix(f"{up.name}: ")
-            outcomes.append(Outcome(up.name, "error", message))
+            outcomes.append(Outcome(up.name, State.ERROR, message))
     return outcomes
 
 
 def report(args: argparse.Namespace, outcomes: list[Outcome]) -> int:
     allow_missing = getattr(args, "allow_missing", False)
-    failed = any(o.state == "error" for o in outcomes)
-    unverified = any(o.state == "not-verified" for o in outcomes)
+    failed = any(o.state == State.ERROR for o in outcomes)
+    unverified = any(o.state == State.NOT_VERIFIED for o in outcomes)
     code = ExitCode.FAILED if failed else ExitCode.OK
     if not failed and unverified and not allow_missing:
         code = ExitCode.NOT_VERIFIED
@@ -52,13 +52,13 @@ def report(args: argparse.Namespace, outcomes: list[Outcome]) -> int:
         print(json.dumps({"ok": code == 0, "upstreams": rows}, indent=2))
         return code
     for o in outcomes:
-        if o.state == "error":
+        if o.state == State.ERROR:
             print(f"error: {o.name}: {o.message}", file=sys.stderr)
             continue
-        stream = sys.stderr if o.state == "not-verified" else sys.stdout
+        stream = sys.stderr if o.state == State.NOT_VERIFIED else sys.stdout
         hint = (
             ""
-            if allow_missing or o.state != "not-verified"
+            if allow_missing or o.state != State.NOT_VERIFIED
             else " (pass --allow-missing to accept)"
         )
         print(f"{o.name}: {o.message}{hint}", file=stream)

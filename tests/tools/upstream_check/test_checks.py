@@ -18,21 +18,17 @@ from tools.patchtool.core.manifest import Standin, load_manifest
 from tools.patchtool.core.series import parse_patch_text
 from tools.patchtool.errors import PatchToolError
 from tools.patchtool.source.detect import STANDIN, Source
-from tools.patchtool.upstream_check.checks import (
-    BLACK,
-    ISORT,
-    RUFF,
-    RUFF_FORMAT,
+from tools.patchtool.upstream_check.checks import check_upstream
+from tools.patchtool.upstream_check.config import checks_from_hooks, load_checks
+from tools.patchtool.upstream_check.dco import dco_findings
+from tools.patchtool.upstream_check.model import BLACK, ISORT, RUFF, RUFF_FORMAT
+from tools.patchtool.upstream_check.precommit import read_hooks, tag_version
+from tools.patchtool.upstream_check.runner import (
     ToolRunner,
     _end_of_file,
     _trailing_whitespace,
-    check_upstream,
-    checks_from_hooks,
-    dco_findings,
     find_uv,
-    load_checks,
 )
-from tools.patchtool.upstream_check.precommit import read_hooks, tag_version
 
 RUFF_SPEC, BLACK_SPEC = "ruff==0.9.9", "black==24.4.2"
 SIGNOFF = "Signed-off-by: Test Dev <dev@example.invalid>\n"

@@ -10,7 +10,8 @@ from ..command import Command, root_of
 from ..core.manifest import load_manifest
 from ..errors import ExitCode, PatchToolError
 from ..source.detect import STANDIN
-from ..upstream_check.checks import UpstreamReport, check_upstream
+from ..upstream_check.checks import check_upstream
+from ..upstream_check.model import CheckState, UpstreamReport
 
 # --- the command --------------------------------------------------------------------------
 
@@ -19,10 +20,10 @@ def render(reports: list[UpstreamReport]) -> str:
     out: list[str] = []
     for r in reports:
         head = f"{r.name}: {r.state}"
-        if r.state == "checked":
+        if r.state == CheckState.CHECKED:
             head += f" ({r.finding_count} finding(s), {r.seconds:.1f} s; source {r.source})"
         out.append(head)
-        if r.state in ("not-checked", "error") or r.source == STANDIN:
+        if r.state in (CheckState.NOT_CHECKED, CheckState.ERROR) or r.source == STANDIN:
             out.append(f"  {r.detail}")
         out += [f"  check: {c}" for c in r.checks]
         if r.dco:
@@ -63,13 +64,15 @@ def _run(args: argparse.Namespace) -> int:
         try:
             reports.append(check_upstream(root, up))
         except PatchToolError as exc:
-            reports.append(UpstreamReport(up.name, "", "error", " ".join(str(exc).split())))
+            reports.append(
+                UpstreamReport(up.name, "", CheckState.ERROR, " ".join(str(exc).split()))
+            )
     if args.json:
         rows = [asdict(r) | {"findings": r.finding_count} for r in reports]
         print(json.dumps({"upstreams": rows}, indent=2))
     else:
         print(render(reports))
-    if any(r.state == "error" or r.finding_count for r in reports):
+    if any(r.state == CheckState.ERROR or r.finding_count for r in reports):
         return ExitCode.FAILED
     unchecked = any(r.unchecked for r in reports)
     return ExitCode.NOT_VERIFIED if unchecked and not args.allow_missing else ExitCode.OK

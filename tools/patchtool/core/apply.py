@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import shutil
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from ..errors import GitError, PatchToolError
@@ -44,12 +45,30 @@ from .series import Patch, Series, SeriesEntry, load_series
 _AM_OPTS = ["-k", "--quiet", "--no-3way", "--whitespace=nowarn", "--committer-date-is-author-date"]
 
 
+class State(StrEnum):
+    """What `apply`/`reset` did to one upstream (its `state` in `--json`).
+
+    APPLIED: the series is now on branch `patched`. UNCHANGED: it already was (a no-op).
+    RESET: the pin is checked out, detached. NOT_VERIFIED: nothing failed, but the series is not
+    (wholly) verified here: the upstream is missing, or patches were left out on a proxy (exit 3
+    unless --allow-missing). ERROR: this upstream failed with the recorded message; the others
+    still ran (exit 1).
+    """
+
+    APPLIED = "applied"
+    UNCHANGED = "unchanged"
+    RESET = "reset"
+    NOT_VERIFIED = "not-verified"
+    ERROR = "error"
+
+
 @dataclass
 class Outcome:
-    """What happened to one upstream; `state` is applied|unchanged|not-verified|reset."""
+    """What happened to one upstream: its `State`, a one-line message, and on a proxy the
+    per-patch labels."""
 
     name: str
-    state: str
+    state: State
     message: str
     patches: int = 0
     head: str = ""
@@ -302,10 +321,10 @@ def apply_upstream(
         source = detected
         if source.proxy:
             checks = check_series(repo, source.pin, series)
-            return _proxy_outcome(up, source.spec, checks, "unchanged", "already applied", head)
+            return _proxy_outcome(up, source.spec, checks, State.UNCHANGED, "already applied", head)
         return Outcome(
             up.name,
-            "unchanged",
+            State.UNCHANGED,
             f"already applied ({len(series)} patches), nothing to do",
             len(series),
             head,
@@ -314,7 +333,7 @@ def apply_upstream(
     if source.kind == MISSING:
         return Outcome(
             up.name,
-            "not-verified",
+            State.NOT_VERIFIED,
             f"series of {len(series)} patches NOT verified here: {source.detail}",
             len(series),
         )
@@ -349,15 +368,15 @@ def apply_upstream(
     if stash:
         notes.append(f"uncommitted changes stashed as {stash[:12]} (git -C {up.path} stash pop)")
     if source.proxy:
-        outcome = _proxy_outcome(up, source.spec, checks, "applied", "; ".join(notes), new_head)
+        outcome = _proxy_outcome(up, source.spec, checks, State.APPLIED, "; ".join(notes), new_head)
         outcome.stash = stash
         return outcome
     first = f"applied {len(series)} patches on {up.tag or up.commit[:12]} ({source.detail})"
-    return Outcome(up.name, "applied", "; ".join([first, *notes]), len(series), new_head, stash)
+    return Outcome(up.name, State.APPLIED, "; ".join([first, *notes]), len(series), new_head, stash)
 
 
 def _proxy_outcome(
-    up: Upstream, spec: str, checks: list[ProxyCheck], state: str, note: str, head: str
+    up: Upstream, spec: str, checks: list[ProxyCheck], state: State, note: str, head: str
 ) -> Outcome:
     """The outcome on a proxy: says PROXY, counts what applied, labels every patch."""
     applied = sum(1 for c in checks if c.applies)
@@ -367,7 +386,7 @@ def _proxy_outcome(
         f"on {spec}" + (f"; {note}" if note else "")
     )
     if left_out:
-        state = "not-verified"
+        state = State.NOT_VERIFIED
         message += f"; NOT verified here (do not apply on the proxy): {', '.join(left_out)}"
     return Outcome(up.name, state, message, len(checks), head, proxy=proxy_name(up), checks=checks)
 
@@ -377,7 +396,7 @@ def reset_upstream(root: Path, up: Upstream, *, force: bool = False) -> Outcome:
     repo = checkout_dir(root, up)
     source = detect_source(root, up)
     if source.kind == MISSING or not source.pin:
-        return Outcome(up.name, "not-verified", f"nothing to reset: {source.detail}")
+        return Outcome(up.name, State.NOT_VERIFIED, f"nothing to reset: {source.detail}")
     stash = refuse_or_stash(repo, up, force, "reset")
     before = rev(repo, "HEAD")
     git(["checkout", "-q", "--detach", source.pin], repo)
@@ -385,4 +404,4 @@ def reset_upstream(root: Path, up: Upstream, *, force: bool = False) -> Outcome:
     note = f"at pin {source.pin[:12]} (was {before[:12]})"
     if stash:
         note += f"; uncommitted changes stashed as {stash[:12]}"
-    return Outcome(up.name, "reset", note, 0, source.pin, stash)
+    return Outcome(up.name, State.RESET, note, 0, source.pin, stash)

@@ -19,9 +19,9 @@ from ..core.checkout import is_real_clone
 from ..core.git import git, git_text, git_timeout, rev
 from ..core.manifest import Upstream, short, version_for_tag
 from ..errors import PatchToolError
-from ..rebase.engine import Base
 from ..source.detect import probe_url
 from ..source.standin import STANDIN_CACHE, STANDIN_IDENTITY, Downloader, pip_download, read_archive
+from .engine import Base
 
 AUTO, GIT, STANDIN = "auto", "git", "standin"
 MODES = (AUTO, GIT, STANDIN)

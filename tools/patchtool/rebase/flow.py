@@ -1,19 +1,23 @@
-"""`rebase UPSTREAM --to REF`: classify the series on a new base; without conflicts, move to it.
+"""The flow of `rebase` (and the tail `pin` shares): scratch, bases, replay, report, write.
 
-Exit codes: 0 done (or dry run without conflicts), 2 conflict (scratch tree left with
-markers, nothing else changed), 1 error.
+`run_rebase` is the whole rebase as a function; `finish` is what every replayed series ends
+with: the Markdown report, and, unless held back (a conflict or a dry run), the new series and
+pin written into the superproject. A conflict leaves the scratch tree with its markers and
+changes nothing else (the command exits ExitCode.CONFLICT).
 """
 
 from __future__ import annotations
 
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from ..core.manifest import Upstream, load_manifest, short
 from ..core.series import SERIES_FILE, read_series
-from ..rebase.bases import AUTO, history_repos, resolve_bases
-from ..rebase.engine import (
+from ..source.standin import Downloader, pip_download
+from .bases import AUTO, history_repos, resolve_bases
+from .engine import (
     RebaseResult,
     TripwireHook,
     create_scratch,
@@ -21,9 +25,8 @@ from ..rebase.engine import (
     remove_scratch,
     resume_series,
 )
-from ..rebase.report import markdown
-from ..rebase.write import write_rebase
-from ..source.standin import Downloader, pip_download
+from .report import markdown
+from .write import write_rebase
 
 REPORT_DIR = Path("docs") / "rebases"
 
@@ -82,15 +85,45 @@ def run_rebase(
                 remove_scratch(scratch)
             raise
     cmd = command or ["tools/patches", "rebase", up.name, "--to", ref]
-    text = markdown(result, cmd, source_note)
+    path, written = finish(
+        root, up, result, scratch, markdown(result, cmd, source_note),
+        hold=bool(result.conflicts) or dry_run,
+        new_commit=result.new.upstream_commit or new_commit,
+        new_tag=result.new.tag,
+        report_path=report_path,
+        keep_scratch=keep_scratch,
+    )  # fmt: skip
+    return result, path, written
+
+
+def finish(
+    root: Path,
+    up: Upstream,
+    result: RebaseResult,
+    scratch: Path,
+    text: str,
+    *,
+    hold: bool,
+    new_commit: str,
+    new_tag: str,
+    report_path: Path | None = None,
+    keep_scratch: bool = False,
+    after_write: Callable[[], None] | None = None,
+) -> tuple[Path, list[str]]:
+    """Write the report `text`; unless `hold`, write the new series and pin (then `after_write`).
+
+    Held back, the report goes next to the scratch directory (`<scratch>.md`); else to
+    docs/rebases/ and the files written are returned (report last). The scratch directory is
+    removed unless `result` conflicts or `keep_scratch`. Returns (report path, files written).
+    """
     written: list[str] = []
-    if result.conflicts or dry_run:
+    if hold:
         path = report_path or scratch.parent / f"{scratch.name}.md"
     else:
         path = report_path or root / REPORT_DIR / report_name(up, result)
-        tag = result.new.tag
-        sha = result.new.upstream_commit or new_commit
-        written = write_rebase(root, up, result, new_commit=sha, new_tag=tag).files
+        written = write_rebase(root, up, result, new_commit=new_commit, new_tag=new_tag).files
+        if after_write is not None:
+            after_write()
         written.append(
             path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
         )
@@ -98,4 +131,4 @@ def run_rebase(
     path.write_text(text, encoding="utf-8")
     if not result.conflicts and not keep_scratch:
         remove_scratch(scratch)
-    return result, path, written
+    return path, written

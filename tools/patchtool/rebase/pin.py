@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import tempfile
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from ..core.manifest import (
@@ -36,19 +37,18 @@ from ..core.pin_check import (
     norm_url,
 )
 from ..errors import PatchToolError
-from ..rebase.bases import GIT, history_repos, resolve_bases, resolve_git
-from ..rebase.engine import (
+from ..source.nearest import choose_proxy, release_at, tag_of
+from ..source.standin import Downloader, pip_download
+from .bases import GIT, history_repos, resolve_bases, resolve_git
+from .engine import (
     RebaseResult,
     TripwireHook,
     create_scratch,
     rebase_series,
     remove_scratch,
 )
-from ..rebase.flow import REPORT_DIR, read_patches, report_name
-from ..rebase.report import markdown
-from ..rebase.write import write_rebase
-from ..source.nearest import choose_proxy, release_at, tag_of
-from ..source.standin import Downloader, pip_download
+from .flow import finish, read_patches
+from .report import markdown
 
 
 @dataclass
@@ -271,21 +271,21 @@ def run_pin(
         command = ["tools/patches", "pin", *(["--follow"] if follow else []), upstream, ref]
         command += [f"--proxy={n}={','.join(v)}" for n, v in proxies.items()]
         text = markdown(p.result, command, "")
-        if p.standin is not None:
-            text += f"\n## Offline stand-in\n\n{p.standin.text(up)}\n"
-        if conflicts or dry_run:
-            path = Path(f"{p.scratch}.md")
-        else:
-            tag = p.standin.tag if p.standin and p.standin.tag else p.result.new.tag
-            files = write_rebase(root, up, p.result, new_commit=p.move.commit, new_tag=tag)
-            if p.standin is not None:
-                set_standin(root, up, p.move.commit, tag, p.standin)
-            path = root / REPORT_DIR / report_name(up, p.result)
-            written += [*files.files, path.relative_to(root).as_posix()]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        if not p.result.conflicts and p.scratch is not None:
-            remove_scratch(p.scratch)
+        standin = p.standin
+        if standin is not None:
+            text += f"\n## Offline stand-in\n\n{standin.text(up)}\n"
+        tag = standin.tag if standin and standin.tag else p.result.new.tag
+        assert p.scratch is not None
+        _, files = finish(
+            root, up, p.result, p.scratch, text,
+            hold=bool(conflicts) or dry_run,
+            new_commit=p.move.commit,
+            new_tag=tag,
+            after_write=None
+            if standin is None
+            else partial(set_standin, root, up, p.move.commit, tag, standin),
+        )  # fmt: skip
+        written += files
     return planned, written
 
 

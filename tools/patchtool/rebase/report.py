@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shlex
 
-from ..rebase.engine import (
+from .engine import (
     CLEAN,
     CONFLICT,
     MERGED_3WAY,

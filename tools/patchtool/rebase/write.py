@@ -14,7 +14,7 @@ from ..core.manifest import MANIFEST_PATH, Upstream, set_pin, short, version_for
 from ..core.series import RETIRED_DIR, SERIES_FILE
 from ..core.trailers import STATUS_KEY, set_patch_trailer
 from ..errors import PatchToolError
-from ..rebase.engine import UPSTREAMED, PatchResult, RebaseResult
+from .engine import UPSTREAMED, PatchResult, RebaseResult
 
 EVIDENCE_KEY = "Upstream-Evidence"
 

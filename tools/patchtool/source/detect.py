@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 from ..core.checkout import PIN_REF, checkout_dir, has_commit, is_repo, standin_spec
@@ -14,7 +15,23 @@ from ..core.manifest import Upstream
 from ..errors import GitError, PatchToolError
 from .standin import Downloader, materialise_standin, pip_download, spec_of
 
-SUBMODULE, MIRROR, STANDIN, MISSING = "submodule", "mirror", "standin", "missing"
+
+class Kind(StrEnum):
+    """Where a checkout's source comes from (`source` in `status --json`).
+
+    SUBMODULE: a clone of the manifest URL holding the pin. MIRROR: a clone holding the pin whose
+    origin is another URL (a local mirror via `url.<mirror>.insteadOf`). STANDIN: a release
+    stand-in (the PyPI archive as one commit; NOT a clone), maybe a proxy for a non-release pin.
+    MISSING: no usable checkout (absent, or the pin commit is not in it).
+    """
+
+    SUBMODULE = "submodule"
+    MIRROR = "mirror"
+    STANDIN = "standin"
+    MISSING = "missing"
+
+
+SUBMODULE, MIRROR, STANDIN, MISSING = Kind.SUBMODULE, Kind.MIRROR, Kind.STANDIN, Kind.MISSING
 PROBE_TIMEOUT_S = 30.0
 CLONE_TIMEOUT_S = 1800.0
 
@@ -23,7 +40,7 @@ CLONE_TIMEOUT_S = 1800.0
 class Source:
     """The source of one checkout: kind, the commit patches go on, and a human detail."""
 
-    kind: str
+    kind: Kind
     pin: str
     detail: str
     spec: str = ""  # stand-ins: the release it holds, `package==version`
