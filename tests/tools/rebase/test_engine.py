@@ -424,7 +424,7 @@ def test_standin_rebase_classifies_and_needs_commit_to_move_pin(
 
 def test_standin_commit_is_deterministic(tmp_path: Path, upstream: Path) -> None:
     from tools.patchtool.core.manifest import load_manifest
-    from tools.patchtool.rebase.bases import materialise_commit
+    from tools.patchtool.source.standin import materialise_commit
 
     root = make_superproject(tmp_path / "super", upstream, standin=STANDIN)
     up = load_manifest(root).upstreams["Up"]

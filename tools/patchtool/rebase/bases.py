@@ -12,21 +12,19 @@ is a real upstream diff.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from pathlib import Path
 
 from ..core.checkout import is_real_clone
-from ..core.git import git, git_text, git_timeout, rev
+from ..core.git import git, git_timeout, rev
 from ..core.manifest import Upstream, short, version_for_tag
 from ..errors import PatchToolError
 from ..source.detect import probe_url
-from ..source.standin import STANDIN_CACHE, STANDIN_IDENTITY, Downloader, pip_download, read_archive
+from ..source.standin import Downloader, materialise_commit, pip_download
 from .engine import Base
 
 AUTO, GIT, STANDIN = "auto", "git", "standin"
 MODES = (AUTO, GIT, STANDIN)
 FETCH_TIMEOUT_S = 900.0
-_SKIP_RE = re.compile(r"(^|/)__pycache__/|\.pyc$|\.egg-info/")
 
 
 def history_repos(root: Path, up: Upstream) -> list[Path]:
@@ -66,32 +64,6 @@ def resolve_git(scratch: Path, repos: list[Path], url: str, rev: str) -> tuple[s
         if sha:
             return sha, ""
     return _fetch(scratch, url, rev)
-
-
-def materialise_commit(
-    scratch: Path, root: Path, up: Upstream, version: str, downloader: Downloader
-) -> str:
-    """The release archive of `version` as one deterministic commit in `scratch` (no worktree)."""
-    if up.standin is None:
-        raise PatchToolError(f"[{up.name}] has no stand-in in the manifest; a git source is needed")
-    standin = replace(up.standin, version=version)
-    cache = root / STANDIN_CACHE / f"{standin.package}-{version}"
-    cache.mkdir(parents=True, exist_ok=True)
-    archive = downloader(standin, cache)
-    files = {k: v for k, v in read_archive(archive, standin).items() if not _SKIP_RE.search(k)}
-    if not files:
-        raise PatchToolError(f"{archive}: no file matches [{up.name}.standin.paths]")
-    stream = bytearray()
-    stream += b"commit refs/patchtool/standin\n"
-    ident = f"{STANDIN_IDENTITY['GIT_AUTHOR_NAME']} <{STANDIN_IDENTITY['GIT_AUTHOR_EMAIL']}>"
-    stream += f"committer {ident} 946684800 +0000\n".encode()
-    message = f"Release stand-in: {standin.package}=={version} ({standin.kind}), not a clone\n"
-    stream += f"data {len(message.encode())}\n{message}".encode()
-    for rel, (data, executable) in sorted(files.items()):
-        mode = "100755" if executable else "100644"
-        stream += f"M {mode} inline {rel}\ndata {len(data)}\n".encode() + data + b"\n"
-    git(["fast-import", "--quiet", "--force"], scratch, input=bytes(stream))
-    return git_text(["rev-parse", "refs/patchtool/standin"], scratch)
 
 
 def standin_label(up: Upstream, version: str) -> str:

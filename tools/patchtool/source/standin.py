@@ -9,12 +9,14 @@ clone. Every stand-in commit is identical on every machine (fixed identity and d
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import subprocess
 import sys
 import tarfile
 import zipfile
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
 from ..core.checkout import PIN_REF, STANDIN_KEY, checkout_dir
@@ -23,7 +25,8 @@ from ..core.manifest import Standin, Upstream
 from ..errors import PatchToolError
 
 STANDIN_CACHE = Path(".cache") / "standins"
-# A stand-in commit is identical on every machine: fixed identity and date.
+# A stand-in commit is identical on every machine: fixed identity and date (2000-01-01 UTC).
+STANDIN_EPOCH = 946684800
 STANDIN_IDENTITY = {
     "GIT_AUTHOR_NAME": "mcore-rl-stack patchtool",
     "GIT_AUTHOR_EMAIL": "patchtool@mcore-rl-stack.invalid",
@@ -34,6 +37,9 @@ STANDIN_IDENTITY = {
 }
 # Build products of an editable install (uv sync) must not make the stand-in look dirty.
 STANDIN_EXCLUDES = "__pycache__/\n*.pyc\n*.so\n*.egg-info/\n/build/\n"
+
+# Build products in an archive are not part of a rebase base.
+_SKIP_RE = re.compile(r"(^|/)__pycache__/|\.pyc$|\.egg-info/")
 
 # (standin, cache dir) -> path of the downloaded archive; tests inject a local one.
 Downloader = Callable[[Standin, Path], Path]
@@ -118,6 +124,40 @@ def read_archive(archive: Path, standin: Standin) -> dict[str, tuple[bytes, bool
     return files
 
 
+def commit_files(repo: Path, files: dict[str, tuple[bytes, bool]], message: str, ref: str) -> str:
+    """The one stand-in builder: `files` (path -> (bytes, executable)) as one commit on `ref`.
+
+    `git fast-import` writes it without touching any worktree or index; identity and date are
+    fixed (`STANDIN_IDENTITY`), so the same files and message give the same commit id on every
+    machine. Returns the commit.
+    """
+    ident = f"{STANDIN_IDENTITY['GIT_AUTHOR_NAME']} <{STANDIN_IDENTITY['GIT_AUTHOR_EMAIL']}>"
+    stream = bytearray(f"commit {ref}\ncommitter {ident} {STANDIN_EPOCH} +0000\n".encode())
+    stream += f"data {len(message.encode())}\n{message}".encode()
+    for rel, (data, executable) in sorted(files.items()):
+        mode = "100755" if executable else "100644"
+        stream += f"M {mode} inline {rel}\ndata {len(data)}\n".encode() + data + b"\n"
+    git(["fast-import", "--quiet", "--force"], repo, input=bytes(stream))
+    return git_text(["rev-parse", ref], repo)
+
+
+def materialise_commit(
+    scratch: Path, root: Path, up: Upstream, version: str, downloader: Downloader
+) -> str:
+    """The release archive of `version` as one deterministic commit in `scratch` (no worktree)."""
+    if up.standin is None:
+        raise PatchToolError(f"[{up.name}] has no stand-in in the manifest; a git source is needed")
+    standin = replace(up.standin, version=version)
+    cache = root / STANDIN_CACHE / f"{standin.package}-{version}"
+    cache.mkdir(parents=True, exist_ok=True)
+    archive = downloader(standin, cache)
+    files = {k: v for k, v in read_archive(archive, standin).items() if not _SKIP_RE.search(k)}
+    if not files:
+        raise PatchToolError(f"{archive}: no file matches [{up.name}.standin.paths]")
+    message = f"Release stand-in: {standin.package}=={version} ({standin.kind}), not a clone\n"
+    return commit_files(scratch, files, message, "refs/patchtool/standin")
+
+
 def materialise_standin(root: Path, up: Upstream, downloader: Downloader) -> None:
     """Lay the release archive out at repo paths in `up.path` as a one-commit git repo."""
     standin = up.standin
@@ -154,8 +194,7 @@ def materialise_standin(root: Path, up: Upstream, downloader: Downloader) -> Non
     git(["symbolic-ref", "HEAD", "refs/heads/standin"], repo)
     (repo / ".git" / "info").mkdir(parents=True, exist_ok=True)
     (repo / ".git" / "info" / "exclude").write_text(STANDIN_EXCLUDES)
-    git(["add", "-A", "-f", "."], repo)
-    git(["commit", "-q", "--no-verify", "-F", "-"], repo, input=message, env=STANDIN_IDENTITY)
-    head = git_text(["rev-parse", "HEAD"], repo)
+    head = commit_files(repo, files, message, "refs/heads/standin")
+    git(["reset", "-q"], repo)  # the index follows HEAD; the files are in the worktree already
     git(["update-ref", PIN_REF, head], repo)
     git(["config", STANDIN_KEY, spec], repo)
