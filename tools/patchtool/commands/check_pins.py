@@ -1,4 +1,8 @@
-"""`tools/patches check-pins`: CLI glue (arguments, output, exit code)."""
+"""`tools/patches check-pins [--json]`: are the pins one coherent stack (core/pin_check.py)?
+
+Prints one line per relation and a verdict. Exit OK coherent, FAILED incoherent (ahead,
+behind, diverged, a violated version bound), NOT_VERIFIED partly unknown.
+"""
 
 from __future__ import annotations
 

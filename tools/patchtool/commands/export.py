@@ -1,4 +1,9 @@
-"""`tools/patches export`: CLI glue (arguments, output, exit code)."""
+"""`tools/patches export [UPSTREAM...] [--check] [--allow-missing]`: the patched branch back
+into patch files (core/export.py), or with --check a byte-for-byte comparison with them.
+
+Exit FAILED when --check finds a difference (the diff is printed), NOT_VERIFIED when a series
+could not be checked here (no patched branch, a proxy) unless --allow-missing, else OK.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""`tools/patches lint`: CLI glue (arguments, output, exit code)."""
+"""`tools/patches lint [UPSTREAM...] [--json]`: one `file:line: message` per problem
+(core/lint.py); also the pre-commit hook. Exit FAILED on any problem, else OK ("lint: ok").
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""`tools/patches open-pr`: CLI glue (arguments, output, exit code)."""
+"""`tools/patches open-pr PATCH [--push]`: an upstream PR branch, title and body from a patch
+(core/pull_request.py). Prints the branch, title, body file and the push/gh commands; with
+--push runs them and records `Upstream-Status: submitted <URL>`. Exit OK, or an `error:` line.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""`tools/patches pin`: CLI glue (arguments, output, exit code)."""
+"""`tools/patches pin UPSTREAM REF | --follow UPSTREAM [REF]`: move pins with the rebase
+machinery (rebase/pin.py). Prints each move and its classification table; after writing, the
+incoherences `check-pins` would report. Exit CONFLICT when a patch conflicts (nothing written).
+"""
 
 from __future__ import annotations
 

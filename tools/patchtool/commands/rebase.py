@@ -1,4 +1,7 @@
-"""`tools/patches rebase`: CLI glue (arguments, output, exit code)."""
+"""`tools/patches rebase UPSTREAM --to REF | --resume SCRATCH`: replay the series on a new
+base (rebase/flow.py), print the classification table and the report path, and the next steps.
+Exit CONFLICT when a patch conflicts (nothing outside the scratch directory changed), else OK.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""`tools/patches set-status`: CLI glue (arguments, output, exit code)."""
+"""`tools/patches set-status PATCH KIND [DETAIL]`: record a patch's Upstream-Status in the patch
+file and, when applied, in branch `patched` (core/patch_status.py). Prints what changed.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""`tools/patches status`: CLI glue (arguments, output, exit code)."""
+"""`tools/patches status [UPSTREAM...] [--json]`: per upstream the pin, the source kind, the
+patches applied and HEAD's state (core/state.py). Reports only: exit OK.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""`tools/patches upstream-check`: CLI glue (arguments, output, exit code)."""
+"""`tools/patches upstream-check [UPSTREAM...] [--json] [--allow-missing]`: each upstream's own
+formatters/linters and DCO rule on every patch (upstream_check/). Exit FAILED on a finding or
+an error, NOT_VERIFIED when something was not checked here unless --allow-missing, else OK.
+"""
 
 from __future__ import annotations
 

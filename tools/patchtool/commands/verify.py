@@ -1,4 +1,7 @@
-"""`tools/patches verify`: CLI glue (arguments, output, exit code)."""
+"""`tools/patches verify [UPSTREAM...] [--json] [--allow-missing]`: prove each patch's `Test:`
+passes with the series and fails with that patch left out (core/tripwire.py), as a table.
+Exit FAILED when a patch is not proven (unless only missing sources and --allow-missing).
+"""
 
 from __future__ import annotations
 

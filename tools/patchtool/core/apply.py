@@ -7,7 +7,7 @@ failure aborts `git am` and restores HEAD, branch refs, index and worktree (and 
 
 Proxies (`proxy = true`: the nearest release standing in for a non-release pin) are used only
 when the exact source is unavailable: a proxy stand-in found while the URL answers is
-replaced by the clone. On a proxy every patch is labelled (tools/patchtool/proxy.py) and a
+replaced by the clone. On a proxy every patch is labelled (tools/patchtool/source/proxy.py) and a
 patch whose hunks do not apply there is left out and reported "not verified here" (exit 3
 unless --allow-missing); the rest of the series is applied.
 """

@@ -40,7 +40,7 @@ PINNED_CONFIG: tuple[str, ...] = (
     "format.encodeEmailHeaders=true",
     "format.useAutoBase=false",
     # A user's format.from / notes / global attributes (diff drivers change hunk headers)
-    # would otherwise leak into exported mboxes (tests/tools/test_export.py, hostile config).
+    # would otherwise leak into exported mboxes (tests/tools/commands/test_export.py, hostile config).
     "format.from=false",
     "format.forceInBodyFrom=false",
     "format.notes=false",

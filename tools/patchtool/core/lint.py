@@ -101,7 +101,7 @@ def lint_patch(root: Path, rel: str, patch: Patch, checkout: Path | None) -> lis
                     LintError(
                         rel,
                         diff.line,
-                        f"abbreviated blob id {blob}: export with --full-index (tools/patchtool/git.py:format_patch)",
+                        f"abbreviated blob id {blob}: export with --full-index (tools/patchtool/core/git.py:format_patch)",
                     )
                 )
                 break

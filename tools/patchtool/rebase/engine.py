@@ -1,8 +1,8 @@
 """Replay a patch series on a new upstream base in a scratch repository and classify each patch.
 
 The engine is independent of where the bases come from (git history or release stand-ins,
-see `bases.py`) and of what is done with the result (`rebase_cmd.py` rewrites the series and
-moves the pin; `pin --follow` reuses the same engine), so it returns plain data.
+see `bases.py`) and of what is done with the result (`flow.py` and `write.py` rewrite the
+series and move the pin; `pin --follow` reuses the same engine), so it returns plain data.
 
 Classifications (strictness first; "applies" always means exact context, never fuzz):
   clean        every hunk applies at its recorded line numbers

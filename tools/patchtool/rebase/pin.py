@@ -11,7 +11,7 @@ incoherence it creates.
 Every moved upstream with a stand-in gets its offline stand-in fields set too: a release tag
 (given by name, or a commit a release tag points at) is its own stand-in (`proxy = false`);
 any other commit gets the nearest release as a proxy (`proxy = true`, `proxy_basis` records
-the measurement; tools/patchtool/nearest.py). `--proxy [NAME=]X.Y.Z[,X.Y.Z]` names candidate
+the measurement; tools/patchtool/source/nearest.py). `--proxy [NAME=]X.Y.Z[,X.Y.Z]` names candidate
 releases, measured against their real archives; without it the release tags in the history
 are measured.
 """
