@@ -12,42 +12,27 @@ from pathlib import Path
 import pytest
 
 from tests.tools.sandbox import TRAILERS, UNREACHABLE, Sandbox, run, sdist_downloader
+from tests.tools.upstream_check.hooks import (
+    BLACK_HOOKS,
+    BLACK_SPEC,
+    CONTRIBUTING,
+    RUFF_HOOKS,
+    RUFF_SPEC,
+    SIGNOFF,
+)
 from tools.patchtool.cli import main
 from tools.patchtool.core.apply import apply_upstream
 from tools.patchtool.core.manifest import Standin, load_manifest
-from tools.patchtool.core.series import parse_patch_text
 from tools.patchtool.errors import PatchToolError
 from tools.patchtool.source.detect import STANDIN, Source
 from tools.patchtool.upstream_check.checks import check_upstream
-from tools.patchtool.upstream_check.config import checks_from_hooks, load_checks
-from tools.patchtool.upstream_check.dco import dco_findings
-from tools.patchtool.upstream_check.model import BLACK, ISORT, RUFF, RUFF_FORMAT
-from tools.patchtool.upstream_check.precommit import read_hooks, tag_version
+from tools.patchtool.upstream_check.config import load_checks
+from tools.patchtool.upstream_check.model import BLACK, ISORT
 from tools.patchtool.upstream_check.runner import (
     ToolRunner,
-    _end_of_file,
-    _trailing_whitespace,
     find_uv,
 )
 
-RUFF_SPEC, BLACK_SPEC = "ruff==0.9.9", "black==24.4.2"
-SIGNOFF = "Signed-off-by: Test Dev <dev@example.invalid>\n"
-CONTRIBUTING = "Sign your work: git commit -s adds `Signed-off-by: Name <email>`.\n"
-RUFF_HOOKS = """repos:
-  - repo: https://github.com/astral-sh/ruff-pre-commit
-    rev: "v0.9.9" # pinned
-    hooks:
-    - id: ruff
-      args: ["--fix"]
-"""
-BLACK_HOOKS = """repos:
-- repo: https://github.com/psf/black
-  rev: 'refs/tags/24.4.2:refs/tags/24.4.2'
-  hooks:
-  - id: black
-    files: ^megatron/core/.*
-    args: ["--skip-magic-trailing-comma", "--skip-string-normalization"]
-"""
 PYPROJECT_BLACK = (
     '[tool.black]\nline_length = 100\nskip_string_normalization = true\nrequired_version = "24"\n'
     '[tool.isort]\nprofile = "black"\n'
@@ -87,69 +72,6 @@ def _applied(
 
 
 # --- no formatter needed ------------------------------------------------------------------
-
-
-def test_hooks_reader_handles_block_scalars_lists_and_comments() -> None:
-    text = (
-        "repos:\n  - repo: https://github.com/astral-sh/ruff-pre-commit\n"
-        '    rev: "v0.9.9" # use this\n    hooks:\n    - id: ruff\n'
-        '      args: ["check", "--select", "I", "--fix"]\n'
-        "      types_or: [python, pyi]\n    - id: ruff-format\n"
-        "  - repo: local\n    hooks:\n      - id: script\n        entry: |\n"
-        "          bash -c 'echo - id: fake'\n        files: '.*\\/x_[^/]*\\.md$'\n"
-        "        args:\n          - -lc\n          - |\n            echo hi\n"
-        "      - id: last\n"
-    )
-    hooks = read_hooks(text, "cfg")
-    assert [(h.id, h.line) for h in hooks] == [
-        ("ruff", 5),
-        ("ruff-format", 8),
-        ("script", 11),
-        ("last", 19),
-    ]
-    assert hooks[0].args == ("check", "--select", "I", "--fix")
-    assert hooks[0].types == ("python", "pyi") and tag_version(hooks[0].rev) == "0.9.9"
-    assert hooks[2].files == ".*\\/x_[^/]*\\.md$" and hooks[2].args == ("-lc", "<block>")
-    checks, not_run = checks_from_hooks(hooks, "cfg")
-    assert [(c.kind, c.spec, c.args) for c in checks] == [
-        (RUFF, RUFF_SPEC, ("--select", "I")),
-        (RUFF_FORMAT, RUFF_SPEC, ()),
-    ]
-    assert not_run == ["script (cfg:11)", "last (cfg:19)"]
-    assert tag_version("refs/tags/24.4.2:refs/tags/24.4.2") == "24.4.2"
-
-
-def test_hook_file_filters_follow_pre_commit() -> None:
-    (black,), _ = checks_from_hooks(read_hooks(BLACK_HOOKS, "cfg"), "cfg")
-    assert black.kind == BLACK and black.spec == BLACK_SPEC
-    assert black.applies("megatron/core/a.py", b"x\n")
-    assert not black.applies("megatron/training/a.py", b"x\n")
-    assert not black.applies("megatron/core/README.md", b"x\n")
-
-
-def test_whitespace_hooks() -> None:
-    assert [f[0] for f in _trailing_whitespace(b"ok\nbad \nalso\t\r\nfine\r\n")] == [2, 3]
-    assert _end_of_file(b"x = 1\n") == [] and _end_of_file(b"") == []
-    assert _end_of_file(b"x = 1")[0][1] == "no newline at end of file"
-    assert _end_of_file(b"x = 1\n\n")[0][1] == "blank lines at end of file"
-
-
-def _mbox(trailers: str, author: str = "Test Dev <dev@example.invalid>") -> str:
-    return (
-        "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
-        f"From: {author}\nDate: Mon, 1 Jan 2024 00:00:00 +0000\nSubject: Fix it\n\n"
-        f"Why.\n\n{trailers}---\ndiff --git a/a.py b/a.py\n"
-    )
-
-
-def test_dco_needs_a_signoff_by_the_author() -> None:
-    def dco(trailers: str) -> list[str]:
-        patch = parse_patch_text(_mbox(trailers), Path("x.patch"))
-        return [f.message for f in dco_findings(patch, "x.patch")]
-
-    assert dco(TRAILERS + SIGNOFF) == []
-    assert "no Signed-off-by line" in dco(TRAILERS)[0]
-    assert "not by the author" in dco(TRAILERS + "Signed-off-by: Other <o@example.invalid>\n")[0]
 
 
 def test_megatron_standin_uses_recorded_hooks_only_if_its_pyproject_agrees(
