@@ -66,6 +66,8 @@ def test_patch_id_ignores_line_offsets_and_commit_metadata(repo: Path) -> None:
     assert first != again
     assert g.patch_id(repo, first) == g.patch_id(repo, again) != ""
     assert g.patch_id(repo, b"") == ""
+    both = g.patch_ids(repo, first + again)
+    assert [pid for pid, _ in both] == [g.patch_id(repo, first)] * 2
 
 
 def test_git_timeout_reports_exit_code_and_last_stderr_line(repo: Path) -> None:

@@ -187,10 +187,17 @@ def rev(repo: str | Path, name: str) -> str:
     return git_text(["rev-parse", "-q", "--verify", name], repo, check=False)
 
 
+def patch_ids(repo: str | Path, stream: bytes) -> list[tuple[str, str]]:
+    """(patch-id, commit) of each patch in `stream` (mboxes or `git log -p`), `--stable`."""
+    out = git_text(["patch-id", "--stable"], repo, input=stream)
+    pairs = (line.split() for line in out.splitlines() if line.strip())
+    return [(pid, sha) for pid, sha, *_ in pairs]
+
+
 def patch_id(repo: str | Path, mbox: bytes) -> str:
     """`git patch-id --stable` of one patch ("" for a patch without a diff)."""
-    out = git_text(["patch-id", "--stable"], repo, input=mbox)
-    return out.split()[0] if out else ""
+    ids = patch_ids(repo, mbox)
+    return ids[0][0] if ids else ""
 
 
 def format_patch(repo: str | Path, rev_range: str) -> bytes:

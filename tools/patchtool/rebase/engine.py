@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..core.git import git, git_bytes, git_text, patch_id, rev, run
+from ..core.git import git, git_bytes, git_text, patch_id, patch_ids, rev, run
 from ..core.series import Patch, parse_patch_text
 from ..errors import PatchToolError
 
@@ -196,10 +196,8 @@ def upstream_patch_ids(scratch: Path, old: str, new: str, paths: list[str]) -> d
         scratch,
         input=shas + "\n",
     )
-    out = git(["patch-id", "--stable"], scratch, input=log)
     ids: dict[str, str] = {}
-    for line in out.splitlines():
-        pid, sha = line.split()
+    for pid, sha in patch_ids(scratch, log):
         ids.setdefault(pid, sha)
     return ids
 
