@@ -21,10 +21,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tools.patchtool.bases import MODES  # noqa: E402
-from tools.patchtool.rebase_cmd import run_rebase  # noqa: E402
-from tools.patchtool.report import summary  # noqa: E402
-from tools.patchtool.series import read_series  # noqa: E402
+from tools.patchtool.core.series import read_series  # noqa: E402
+from tools.patchtool.rebase.bases import MODES  # noqa: E402
+from tools.patchtool.rebase.flow import run_rebase  # noqa: E402
+from tools.patchtool.rebase.report import summary  # noqa: E402
 
 TARGET_S = 15.0
 

@@ -1,6 +1,8 @@
 """`tools/patches <command>`: argparse over a registry of subcommands.
 
-A new command is one module defining a `Command` plus one line in `COMMANDS` below. Only the
+A new command is one module `commands/<verb>.py` defining a `Command` plus one line in
+`COMMANDS` below; command modules never import each other (shared logic lives in core/,
+source/, rebase/, upstream_check/). Only the
 module of the command being run is imported, so each command starts with just its own imports
 (`apply` is measured against plain `git am`). Every PatchToolError becomes one `error: ...`
 line on stderr and a non-zero exit.
@@ -13,16 +15,16 @@ import importlib
 import sys
 
 from .command import Command
-from .errors import PatchToolError
+from .errors import ExitCode, PatchToolError
 
-# command name -> (module in this package, its Command attribute), in --help order.
+# command name -> (module in patchtool.commands, its Command attribute), in --help order.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "apply": ("cmd_apply", "APPLY"),
-    "reset": ("cmd_apply", "RESET"),
+    "apply": ("apply", "APPLY"),
+    "reset": ("reset", "RESET"),
     "status": ("status", "STATUS"),
     "lint": ("lint", "LINT"),
     "export": ("export", "EXPORT"),
-    "rebase": ("rebase_cmd", "REBASE"),
+    "rebase": ("rebase", "REBASE"),
     "open-pr": ("open_pr", "OPEN_PR"),
     "set-status": ("set_status", "SET_STATUS"),
     "check-pins": ("check_pins", "CHECK_PINS"),
@@ -34,7 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def load(name: str) -> Command:
     module, attr = COMMANDS[name]
-    command = getattr(importlib.import_module(f".{module}", __package__), attr)
+    command = getattr(importlib.import_module(f".commands.{module}", __package__), attr)
     assert isinstance(command, Command) and command.name == name
     return command
 
@@ -75,4 +77,4 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
-        return 130
+        return ExitCode.INTERRUPTED

@@ -1,0 +1,1 @@
+"""Tests of tools/patchtool/commands/ (same layout as the package)."""

@@ -1,0 +1,192 @@
+"""`open-pr` and `set-status`: PR branch, title and body from a patch, offline.
+
+A local bare repository is the fork remote; a fake `gh` records its argv. Patch subjects
+full of shell syntax must arrive byte-exact in argv and never run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from tests.tools.repos import init_repo, make_superproject, numbered, run
+from tools.patchtool.cli import main
+from tools.patchtool.core.apply import apply_upstream
+from tools.patchtool.core.manifest import load_manifest
+
+pytestmark = pytest.mark.usefixtures("isolated_git")
+
+
+MOD = "pkg/mod.py"
+
+
+def hostile_subject(tmp_path: Path) -> str:
+    canary = tmp_path / "canary"
+    return f"fix \"quoted\" 'single' $(touch {canary}1) `touch {canary}2`; touch {canary}3 & |"
+
+
+def patch_with(upstream: Path, message: str) -> bytes:
+    """A format-patch of one commit with exactly `message` (made by plain git)."""
+    run(["checkout", "-q", "--detach", "v1"], upstream)
+    (upstream / MOD).write_text("\n".join(numbered(41)) + "\n")
+    run(["commit", "-q", "-a", "-F", "-"], upstream, input=message.encode())
+    data = run(
+        [
+            "format-patch",
+            "--stdout",
+            "--full-index",
+            "--no-signature",
+            "--zero-commit",
+            "-k",
+            "HEAD^!",
+        ],
+        upstream,
+    )
+    run(["checkout", "-q", "main"], upstream)
+    return (data + "\n").encode()
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> tuple[Path, Path, str]:
+    upstream = tmp_path / "upstream"
+    init_repo(upstream, {MOD: numbered(40)})
+    subject = hostile_subject(tmp_path)
+    message = (
+        f"{subject}\n\nWhy: `ids_to_text` fails with $(TypeError).\n\nTested: the tripwire.\n\n"
+        "Upstream-Status: pending\nOrigin: mcore-rl-stack\nTest: tests/test_x.py::test_fix\n"
+    )
+    root = make_superproject(
+        tmp_path / "super", upstream, patches=[("fix.patch", patch_with(upstream, message))]
+    )
+    fork = tmp_path / "fork.git"
+    run(["init", "-q", "--bare", str(fork)], tmp_path)
+    run(["remote", "add", "fork", str(fork)], root / "3rdparty/Up")
+    return root, fork, subject
+
+
+def fake_gh(tmp_path: Path, url: str = "https://github.com/NVIDIA/x/pull/7") -> Path:
+    """A `gh` that records argv as JSON and prints a PR URL."""
+    script = tmp_path / "bin" / "gh"
+    script.parent.mkdir()
+    script.write_text(
+        "#!/usr/bin/env python3\nimport json, sys\n"
+        f"open({str(tmp_path / 'gh-argv.json')!r}, 'w').write(json.dumps(sys.argv[1:]))\n"
+        f"print({url!r})\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script
+
+
+def git_only_path(tmp_path: Path) -> str:
+    """A PATH with git but certainly no gh."""
+    bindir = tmp_path / "gitonly"
+    bindir.mkdir()
+    import shutil
+
+    git = shutil.which("git")
+    assert git
+    (bindir / "git").symlink_to(git)
+    return str(bindir)
+
+
+def test_open_pr_builds_branch_and_body_without_pushing(
+    setup: tuple[Path, Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, fork, subject = setup
+    checkout = root / "3rdparty/Up"
+    head_before = run(["rev-parse", "HEAD"], checkout)
+    assert main(["--root", str(root), "open-pr", "patches/Up/fix.patch", "--remote", "fork"]) == 0
+    out = capsys.readouterr().out
+    branch = "mcore-rl-stack/fix"
+    tip = run(["rev-parse", branch], checkout)
+    assert run(["rev-parse", f"{branch}^"], checkout) == run(["rev-parse", "origin/main"], checkout)
+    assert run(["log", "-1", "--format=%s", tip], checkout) == subject
+    assert run(["rev-parse", "HEAD"], checkout) == head_before  # work tree untouched
+    assert run(["worktree", "list"], checkout).count("\n") == 0
+    body = (root / ".cache/pr/Up-fix.md").read_text()
+    assert body.startswith("Why: `ids_to_text` fails with $(TypeError).\n\nTested: the tripwire.\n")
+    assert "Upstream-Status" not in body and "Origin: mcore-rl-stack" in body
+    assert "`tests/test_x.py::test_fix`: fails on the unpatched upstream" in body
+    assert f"push:  git -C {checkout} push fork {tip}:refs/heads/{branch}" in out
+    assert "pr:    gh pr create --base main --head mcore-rl-stack/fix --title " in out
+    assert "nothing pushed" in out
+    assert run(["branch", "--list"], fork) == ""
+    assert not list(tmp_path.glob("canary*"))
+
+
+def test_push_to_local_bare_remote_without_gh(
+    setup: tuple[Path, Path, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    root, fork, subject = setup
+    monkeypatch.setenv("PATH", git_only_path(tmp_path))
+    args = ["--root", str(root), "open-pr", "patches/Up/fix.patch", "--remote", "fork", "--push"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "gh not found" in out and "set-status patches/Up/fix.patch submitted <PR URL>" in out
+    assert run(["log", "-1", "--format=%s", "mcore-rl-stack/fix"], fork) == subject
+    assert b"Upstream-Status: pending" in (root / "patches/Up/fix.patch").read_bytes()
+    assert not list(tmp_path.glob("canary*"))
+
+
+def test_push_with_gh_records_url_and_keeps_export_stable(
+    setup: tuple[Path, Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, _fork, subject = setup
+    apply_upstream(root, load_manifest(root).upstreams["Up"])
+    assert main(["--root", str(root), "export", "Up"]) == 0  # canonical bytes first
+    gh = fake_gh(tmp_path)
+    monkeypatch.setenv("PATH", f"{gh.parent}{os.pathsep}{os.environ['PATH']}")
+    args = ["--root", str(root), "open-pr", "patches/Up/fix.patch", "--remote", "fork", "--push"]
+    assert main(args) == 0
+    argv = json.loads((tmp_path / "gh-argv.json").read_text())
+    assert argv[:4] == ["pr", "create", "--base", "main"]
+    assert argv[argv.index("--title") + 1] == subject  # byte-exact, never shell-parsed
+    assert not list(tmp_path.glob("canary*"))
+    text = (root / "patches/Up/fix.patch").read_text()
+    assert "\nUpstream-Status: submitted https://github.com/NVIDIA/x/pull/7\n" in text
+    # The patched branch was reworded too: a fresh export equals the edited file.
+    assert main(["--root", str(root), "export", "--check", "Up"]) == 0
+    assert main(["--root", str(root), "status", "Up"]) == 0
+
+
+def test_newline_in_subject_becomes_one_title_line(tmp_path: Path) -> None:
+    upstream = tmp_path / "upstream"
+    init_repo(upstream, {MOD: numbered(40)})
+    message = (
+        "first half\n$(second half)\n\nWhy.\n\nUpstream-Status: pending\nOrigin: o\nTest: t.py::t\n"
+    )
+    root = make_superproject(
+        tmp_path / "super", upstream, patches=[("nl.patch", patch_with(upstream, message))]
+    )
+    assert main(["--root", str(root), "open-pr", "patches/Up/nl.patch"]) == 0
+    title = run(["log", "-1", "--format=%s", "mcore-rl-stack/nl"], root / "3rdparty/Up")
+    assert title == "first half $(second half)"
+
+
+def test_set_status_validates_and_rewrites_only_the_trailer(
+    setup: tuple[Path, Path, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, _fork, _subject = setup
+    path = root / "patches/Up/fix.patch"
+    before = path.read_bytes()
+    assert (
+        main(["--root", str(root), "set-status", "patches/Up/fix.patch", "submitted", "not a url"])
+        == 1
+    )
+    assert "needs the PR URL" in capsys.readouterr().err
+    assert path.read_bytes() == before
+    url = "https://github.com/NVIDIA/Megatron-LM/pull/1"
+    assert main(["--root", str(root), "set-status", str(path), "submitted", url]) == 0
+    after = path.read_bytes()
+    assert after == before.replace(
+        b"Upstream-Status: pending", f"Upstream-Status: submitted {url}".encode()
+    )
+    assert main(["--root", str(root), "set-status", str(path), "submitted", url]) == 0
+    assert "nothing changed" in capsys.readouterr().out

@@ -1,0 +1,1 @@
+"""Tests of tools/patchtool/core/ (same layout as the package)."""

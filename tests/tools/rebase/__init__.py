@@ -1,0 +1,1 @@
+"""Tests of tools/patchtool/rebase/ (same layout as the package)."""

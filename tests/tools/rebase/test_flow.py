@@ -1,0 +1,290 @@
+"""rebase/flow.py through `tools/patches rebase`: writes on success, nothing outside the scratch
+tree on conflict; stand-in bases; the real Megatron-LM series on a release stand-in."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.support.network import pypi_reachable
+from tests.tools.rebase.scenario import MOD, classes, fixed
+from tests.tools.repos import (
+    commit,
+    make_patch,
+    make_superproject,
+    numbered,
+    run,
+    trailers,
+    tree_state,
+)
+from tools.patchtool.cli import main
+from tools.patchtool.core.manifest import Standin
+from tools.patchtool.errors import PatchToolError
+from tools.patchtool.rebase.engine import (
+    OFFSET,
+    UPSTREAMED,
+    create_scratch,
+)
+from tools.patchtool.rebase.flow import run_rebase
+
+pytestmark = pytest.mark.usefixtures("isolated_git")
+
+
+# --- the command: writes on success, nothing outside the scratch tree on conflict -------------
+
+
+@pytest.fixture
+def project(tmp_path: Path, upstream: Path) -> Path:
+    """Series [a, b] on v1; v2 upstreams a (same change, bigger commit) and shifts b."""
+    a = make_patch(upstream, "v1", {MOD: fixed(numbered(40), 5, "patched 6")}, "fix a", trailers())
+    b = make_patch(
+        upstream, "v1", {MOD: fixed(numbered(40), 30, "patched 31")}, "fix b", trailers()
+    )
+    v2 = ["# header", *fixed(numbered(40), 5, "patched 6")]
+    commit(upstream, "upstream takes a", {MOD: v2, "pkg/other.py": numbered(9, "other")})
+    run(["tag", "v2"], upstream)
+    return make_superproject(tmp_path / "super", upstream, patches=[("a.patch", a), ("b.patch", b)])
+
+
+def rebase_cli(root: Path, *args: str) -> int:
+    return main(["--root", str(root), "rebase", "Up", *args])
+
+
+def test_rebase_writes_series_retires_upstreamed_and_moves_pin(
+    project: Path, upstream: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    v2 = run(["rev-parse", "v2"], upstream)
+    gitmodules = (project / ".gitmodules").read_bytes()
+    old_b = (project / "patches/Up/b.patch").read_bytes()
+    scratch = tmp_path / "scratch"
+    assert rebase_cli(project, "--to", "v2", "--scratch", str(scratch)) == 0
+    out = capsys.readouterr().out
+    assert "a.patch  upstreamed" in out and "b.patch  offset" in out
+    assert (project / "patches/Up/series").read_text() == "b.patch\n"
+    new_b = (project / "patches/Up/b.patch").read_bytes()
+    assert new_b != old_b and b"@@ -29,7 +29,7 @@ line 27" in new_b  # line numbers regenerated
+    assert not (project / "patches/Up/a.patch").exists()
+    retired = (project / "patches/Up/upstreamed/a.patch").read_text()
+    assert (
+        "\n\nUpstream-Status: accepted v2\nUpstream-Evidence: reverse (the patch reverse-applies"
+        " on v2); found by tools/patches rebase onto v2\nOrigin: mcore-rl-stack\n"
+        "Test: tests/test_x.py::test_fix\n\ndiff --git"
+    ) in retired  # one trailer block, status first
+    assert run(["ls-files", "-s", "3rdparty/Up"], project).split()[1] == v2
+    manifest = (project / "patches/upstreams.toml").read_text()
+    assert f'commit = "{v2}"' in manifest and 'tag = "v2"' in manifest
+    assert (project / ".gitmodules").read_bytes() == gitmodules
+    report = (project / "docs/rebases/Up-v1-to-v2.md").read_text()
+    assert "| 1 | `a.patch` | upstreamed |" in report and "## range-diff" in report
+    assert not scratch.exists()
+    # The rewritten series applies strictly on the new pin and round-trips through export.
+    run(["checkout", "-q", "--detach", v2], project / "3rdparty/Up")
+    assert main(["--root", str(project), "apply", "Up"]) == 0
+    assert main(["--root", str(project), "export", "--check", "Up"]) == 0
+
+
+def test_dry_run_changes_nothing(project: Path) -> None:
+    before = tree_state(project)
+    assert rebase_cli(project, "--to", "v2", "--dry-run") == 0
+    assert tree_state(project) == before
+    assert not (project / "docs").exists()
+
+
+def conflicting_project(tmp_path: Path, upstream: Path) -> Path:
+    a = make_patch(upstream, "v1", {MOD: fixed(numbered(40), 5, "patched 6")}, "fix a", trailers())
+    b = make_patch(
+        upstream, "v1", {MOD: fixed(numbered(40), 30, "patched 31")}, "fix b", trailers()
+    )
+    commit(upstream, "conflicting", {MOD: fixed(numbered(40), 5, "upstream 6")})
+    run(["tag", "v2"], upstream)
+    return make_superproject(tmp_path / "super", upstream, patches=[("a.patch", a), ("b.patch", b)])
+
+
+def test_conflict_changes_nothing_outside_scratch_and_resume_finishes(
+    tmp_path: Path, upstream: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = conflicting_project(tmp_path, upstream)
+    before = tree_state(root)
+    scratch = tmp_path / "scratch"
+    assert rebase_cli(root, "--to", "v2", "--scratch", str(scratch)) == 2
+    out = capsys.readouterr().out
+    assert "conflict: nothing outside" in out
+    assert f"git add -- {MOD}" in out and f"rebase Up --resume {scratch}" in out
+    assert tree_state(root) == before
+    assert not (root / "docs").exists()
+    assert "<<<<<<<" in (scratch / MOD).read_text()
+    assert (tmp_path / "scratch.md").is_file()
+    # Finish by hand exactly as printed, then resume.
+    resolved = fixed(numbered(40), 5, "upstream 6 and patched")
+    (scratch / MOD).write_text("\n".join(resolved) + "\n")
+    run(["add", "--", MOD], scratch)
+    run(["am", "--continue"], scratch)
+    assert rebase_cli(root, "--resume", str(scratch)) == 0
+    out = capsys.readouterr().out
+    assert "resolved-by-hand" in out and "b.patch  clean" in out
+    assert b"+upstream 6 and patched" in (root / "patches/Up/a.patch").read_bytes()
+    assert run(["ls-files", "-s", "3rdparty/Up"], root).split()[1] == run(
+        ["rev-parse", "v2"], upstream
+    )
+
+
+def test_resume_refuses_while_am_in_progress(tmp_path: Path, upstream: Path) -> None:
+    root = conflicting_project(tmp_path, upstream)
+    scratch = tmp_path / "scratch"
+    assert rebase_cli(root, "--to", "v2", "--scratch", str(scratch)) == 2
+    before = tree_state(root)
+    assert rebase_cli(root, "--resume", str(scratch)) == 1
+    assert tree_state(root) == before
+
+
+# --- stand-in bases (no upstream history) ------------------------------------------------------
+
+
+def zip_downloader(upstream: Path) -> Callable[[Standin, Path], Path]:
+    """A 'PyPI' that serves `git archive` zips of the upstream's tags v<version>."""
+
+    def download(standin: Standin, cache: Path) -> Path:
+        out = cache / f"up-{standin.version}-py3-none-any.whl"
+        run(["archive", "--format=zip", "-o", str(out), f"v{standin.version}", "pkg"], upstream)
+        return out
+
+    return download
+
+
+STANDIN = (
+    '\n[Up.standin]\nkind = "wheel"\npackage = "up"\ntag_format = "v{version}"\n'
+    'version = "1"\nproxy = false\n\n[Up.standin.paths]\n"pkg/" = "pkg/"\n'
+)
+
+
+def test_standin_rebase_classifies_and_needs_commit_to_move_pin(
+    tmp_path: Path, upstream: Path
+) -> None:
+    a = make_patch(upstream, "v1", {MOD: fixed(numbered(40), 5, "patched 6")}, "fix a", trailers())
+    b = make_patch(
+        upstream, "v1", {MOD: fixed(numbered(40), 30, "patched 31")}, "fix b", trailers()
+    )
+    commit(upstream, "take a", {MOD: ["# h", *fixed(numbered(40), 5, "patched 6")]})
+    run(["tag", "v2"], upstream)
+    root = make_superproject(
+        tmp_path / "super", upstream, patches=[("a.patch", a), ("b.patch", b)], standin=STANDIN
+    )
+    shutil.rmtree(root / "3rdparty/Up")  # no clone here, and the URL is unreachable
+    up_url = tmp_path / "gone"
+    text = (root / "patches/upstreams.toml").read_text().replace(str(upstream), str(up_url))
+    (root / "patches/upstreams.toml").write_text(text)
+    before = tree_state(root)
+    download = zip_downloader(upstream)
+    result, report, _ = run_rebase(root, "Up", "v2", dry_run=True, downloader=download)
+    assert classes(result) == {"a.patch": UPSTREAMED, "b.patch": OFFSET}
+    assert not result.new.history and result.new.label == "up 2 stand-in"
+    assert any("patch-id" in n for n in result.patches[0].not_checked)
+    assert "release stand-in, no upstream history" in report.read_text()
+    assert tree_state(root) == before
+    with pytest.raises(PatchToolError, match="pass --commit"):
+        run_rebase(root, "Up", "v2", downloader=download)
+    assert tree_state(root) == before
+    v2 = run(["rev-parse", "v2"], upstream)
+    run_rebase(root, "Up", "v2", new_commit=v2, downloader=download)
+    manifest = (root / "patches/upstreams.toml").read_text()
+    assert f'commit = "{v2}"' in manifest and 'version = "2"' in manifest
+    assert (root / "patches/Up/series").read_text() == "b.patch\n"
+
+
+def test_standin_commit_is_deterministic(tmp_path: Path, upstream: Path) -> None:
+    from tools.patchtool.core.manifest import load_manifest
+    from tools.patchtool.source.standin import materialise_commit
+
+    root = make_superproject(tmp_path / "super", upstream, standin=STANDIN)
+    up = load_manifest(root).upstreams["Up"]
+    shas = []
+    for name in ("s1", "s2"):
+        scratch = tmp_path / name
+        create_scratch(scratch, [])
+        shas.append(materialise_commit(scratch, root, up, "1", zip_downloader(upstream)))
+    assert shas[0] == shas[1]
+    # Same files as the tag: blob ids of the stand-in equal upstream's (3-way needs them).
+    assert run(["rev-parse", f"{shas[0]}:pkg/mod.py"], tmp_path / "s1") == run(
+        ["rev-parse", "v1:pkg/mod.py"], upstream
+    )
+
+
+# --- the real Megatron-LM series on the megatron-core 0.17.0 release stand-in -----------------
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+def _superproject_rev_pinned_at(tag: str) -> str | None:
+    """The last commit of this repository whose manifest pinned Megatron-LM at `tag`."""
+    log = subprocess.run(
+        ["git", "log", "--format=%H", "-S", f'tag = "{tag}"', "--", "patches/upstreams.toml"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.split()
+    if not log:
+        return None
+    manifest = subprocess.run(
+        ["git", "show", f"{log[0]}:patches/upstreams.toml"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    return log[0] if f'tag = "{tag}"' in manifest else f"{log[0]}^"
+
+
+@pytest.mark.slow
+def test_real_megatron_series_onto_core_0_17_0_standin(tmp_path: Path) -> None:
+    """DDP still needed; unified-memory and tokenizer found upstreamed (#3390, core 0.17.0).
+
+    Offline form of the real rebase: release archives only, no upstream history, no hint
+    from the patches' own Upstream-Status (stand-ins cannot check it).
+    """
+    from tools.patchtool.core.series import parse_patch, read_series
+    from tools.patchtool.rebase.bases import STANDIN as STANDIN_MODE
+    from tools.patchtool.rebase.engine import KEPT
+
+    root = tmp_path / "root"
+    rev = _superproject_rev_pinned_at("core_v0.16.1")
+    if rev is None:
+        pytest.skip(
+            "no commit of this repository pins Megatron-LM at core_v0.16.1 (shallow clone?)"
+        )
+    root.mkdir()
+    archive = subprocess.run(
+        ["git", "archive", rev, "patches"], cwd=REPO_ROOT, capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "x", "-C", str(root)], input=archive, check=True)
+    series_dir = root / "patches/Megatron-LM"
+    entries = read_series(series_dir / "series")
+    cache = REPO_ROOT / ".cache/standins"
+    have = all((cache / f"megatron-core-{v}").is_dir() for v in ("0.16.1", "0.17.0"))
+    if not have and not pypi_reachable():
+        pytest.skip("pypi.org unreachable and no cached megatron-core 0.16.1/0.17.0 archives")
+    cache.mkdir(parents=True, exist_ok=True)
+    (root / ".cache").symlink_to(REPO_ROOT / ".cache")  # share downloaded archives
+    result, report, written = run_rebase(
+        root, "Megatron-LM", "core_v0.17.0", dry_run=True, mode=STANDIN_MODE,
+        scratch=tmp_path / "scratch",
+    )  # fmt: skip
+    assert written == [] and not result.new.history
+    touched = {
+        e.name: {f.path.rsplit("/", 1)[-1] for f in parse_patch(series_dir / e.name).files}
+        for e in entries
+    }
+    got = {p.name: p for p in result.patches}
+    for name, files in touched.items():
+        res = got[name]
+        if "distributed_data_parallel.py" in files:
+            assert res.classification in KEPT, (name, res.classification, res.note)
+        if files & {"unified_memory.py", "huggingface_tokenizer.py"}:
+            assert res.classification == UPSTREAMED, (name, res.classification)
+            assert {e.kind for e in res.evidence} <= {"reverse", "merge-noop"}
+    assert sum(p.classification == UPSTREAMED for p in result.patches) == 2
+    assert "megatron-core 0.17.0 stand-in" in report.read_text()

@@ -1,0 +1,1 @@
+"""Tests of tools/patchtool/source/ (same layout as the package)."""

@@ -1,0 +1,1 @@
+"""Tests of tools/patchtool/upstream_check/ (same layout as the package)."""

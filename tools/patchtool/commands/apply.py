@@ -1,0 +1,31 @@
+"""`tools/patches apply`: check out each pin and apply its series on branch `patched`."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..command import Command, root_of
+from ..core.apply import apply_upstream
+from ..outcomes import configure_common, each, report
+
+
+def _configure_apply(parser: argparse.ArgumentParser) -> None:
+    configure_common(parser)
+    parser.add_argument(
+        "--allow-missing",
+        action="store_true",
+        help="exit 0 even if an upstream is missing (its series is reported NOT verified)",
+    )
+
+
+def _run_apply(args: argparse.Namespace) -> int:
+    root = root_of(args)
+    return report(args, each(args, lambda up: apply_upstream(root, up, force=args.force)))
+
+
+APPLY = Command(
+    "apply",
+    "check out each pin and apply its series on branch `patched` (strict, atomic, idempotent)",
+    _configure_apply,
+    _run_apply,
+)

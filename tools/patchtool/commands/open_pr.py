@@ -1,0 +1,48 @@
+"""`tools/patches open-pr PATCH [--push]`: an upstream PR branch, title and body from a patch
+(core/pull_request.py). Prints the branch, title, body file and the push/gh commands; with
+--push runs them and records `Upstream-Status: submitted <URL>`. Exit OK, or an `error:` line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+
+from ..command import Command, root_of
+from ..core.pull_request import BRANCH_PREFIX, open_pr
+
+
+def _configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("patch", metavar="PATCH", help="patches/<Upstream>/<name>.patch")
+    parser.add_argument("--push", action="store_true", help="run git push and gh pr create")
+    parser.add_argument("--remote", default="origin", help="remote to push to (your fork)")
+    parser.add_argument("--base", default="main", help="upstream branch the PR targets")
+    parser.add_argument("--branch", default="", help=f"default: {BRANCH_PREFIX}<patch name>")
+    parser.add_argument("--force", action="store_true", help="rebuild an existing PR branch")
+
+
+def _run(args: argparse.Namespace) -> int:
+    pr = open_pr(
+        root_of(args),
+        args.patch,
+        remote=args.remote,
+        base=args.base,
+        branch=args.branch,
+        push=args.push,
+        force=args.force,
+    )
+    print(f"branch {pr.branch} at {pr.commit[:12]} (from {pr.start[:12]}) in {pr.upstream}")
+    print(f"title: {pr.title}")
+    print(f"body:  {pr.body_file}")
+    print("push:  " + shlex.join(pr.push))
+    print("pr:    " + shlex.join(pr.gh))
+    for note in pr.notes:
+        print(note)
+    if pr.url:
+        print(f"opened: {pr.url}")
+    return 0
+
+
+OPEN_PR = Command(
+    "open-pr", "make an upstream PR branch, title and body from a patch", _configure, _run
+)

@@ -1,0 +1,64 @@
+"""`tools/patches verify [UPSTREAM...] [--json] [--allow-missing]`: prove each patch's `Test:`
+passes with the series and fails with that patch left out (core/tripwire.py), as a table.
+Exit FAILED when a patch is not proven (unless only missing sources and --allow-missing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from ..command import Command, root_of
+from ..core.manifest import load_manifest
+from ..core.tripwire import Proof, venv_python, verify_upstream
+from ..errors import ExitCode
+
+
+def render_table(proofs: list[Proof]) -> str:
+    headers = ("upstream", "patch", "with patch", "without patch", "verdict", "source")
+    rows = [
+        (p.upstream, p.patch, p.with_patch, p.without_patch, p.verdict, p.source) for p in proofs
+    ]
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    head = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
+    out = [head, "  ".join("-" * w for w in widths), *lines]
+    out += [f"  {p.patch}: {p.detail}" for p in proofs if p.detail]
+    return "\n".join(line.rstrip() for line in out)
+
+
+def _configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("upstreams", nargs="*", metavar="UPSTREAM")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--python", help="interpreter with pytest (default: <root>/.venv)")
+    parser.add_argument(
+        "--allow-missing",
+        action="store_true",
+        help="exit 0 when an upstream's source is missing (its patches are reported unverified)",
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    root = root_of(args)
+    python = Path(args.python) if args.python else venv_python(root)
+    proofs: list[Proof] = []
+    for up in load_manifest(root).select(args.upstreams):
+        proofs += verify_upstream(root, up, python, progress=not args.json)
+    if args.json:
+        print(json.dumps({"patches": [asdict(p) for p in proofs]}, indent=2))
+    else:
+        print(render_table(proofs))
+    unproven = [p for p in proofs if not p.proven and p.verdict != "no tripwire"]
+    missing_only = all(p.unavailable for p in unproven)
+    ok = not unproven or (missing_only and args.allow_missing)
+    return ExitCode.OK if ok else ExitCode.FAILED
+
+
+VERIFY = Command(
+    "verify",
+    "prove each patch's Test: passes with the series and fails with that patch left out",
+    _configure,
+    _run,
+)

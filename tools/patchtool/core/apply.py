@@ -1,0 +1,407 @@
+"""`apply` and `reset`: bring a checkout to its pin and apply its series strictly, atomically.
+
+Strict: `git am -k` without -3 (git refuses fuzz; offsets are fine). Reproducible: committer
+identity and date are the patch's author and date. Idempotent: a digest of pin + series in the
+checkout's config plus `refs/patchtool/applied` make a repeated run a fast no-op. Atomic: any
+failure aborts `git am` and restores HEAD, branch refs, index and worktree (and the stash).
+
+Proxies (`proxy = true`: the nearest release standing in for a non-release pin) are used only
+when the exact source is unavailable: a proxy stand-in found while the URL answers is
+replaced by the clone. On a proxy every patch is labelled (tools/patchtool/source/proxy.py) and a
+patch whose hunks do not apply there is left out and reported "not verified here" (exit 3
+unless --allow-missing); the rest of the series is applied.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from ..errors import GitError, PatchToolError
+from ..source.detect import MISSING, STANDIN, Source, detect_source, ensure_source, url_answers
+from ..source.proxy import ProxyCheck, check_series, proxy_name
+from ..source.standin import Downloader, pip_download
+from .checkout import (
+    APPLIED_REF,
+    BRANCH,
+    BRANCH_REF,
+    PIN_REF,
+    checkout_dir,
+    dirty_files,
+    head_of,
+    is_applied,
+    is_repo,
+    record_applied,
+    series_digest,
+)
+from .git import branch_commits, export_commits, git, git_text, rev
+from .manifest import Upstream
+from .paths import patch_path_problems
+from .series import Patch, Series, SeriesEntry, load_series
+
+_AM_OPTS = ["-k", "--quiet", "--no-3way", "--whitespace=nowarn", "--committer-date-is-author-date"]
+
+
+class State(StrEnum):
+    """What `apply`/`reset` did to one upstream (its `state` in `--json`).
+
+    APPLIED: the series is now on branch `patched`. UNCHANGED: it already was (a no-op).
+    RESET: the pin is checked out, detached. NOT_VERIFIED: nothing failed, but the series is not
+    (wholly) verified here: the upstream is missing, or patches were left out on a proxy (exit 3
+    unless --allow-missing). ERROR: this upstream failed with the recorded message; the others
+    still ran (exit 1).
+    """
+
+    APPLIED = "applied"
+    UNCHANGED = "unchanged"
+    RESET = "reset"
+    NOT_VERIFIED = "not-verified"
+    ERROR = "error"
+
+
+@dataclass
+class Outcome:
+    """What happened to one upstream: its `State`, a one-line message, and on a proxy the
+    per-patch labels."""
+
+    name: str
+    state: State
+    message: str
+    patches: int = 0
+    head: str = ""
+    stash: str = ""
+    proxy: str = ""  # non-empty: the series went onto a proxy (named here), never the pin
+    checks: list[ProxyCheck] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        row = {k: v for k, v in self.__dict__.items() if k != "checks"}
+        row["patch_labels"] = [c.as_dict() for c in self.checks]
+        return row
+
+    def lines(self) -> list[str]:
+        """One line per patch on a proxy, each naming the proxy (nothing claims the pin)."""
+        return [f"{c.patch}: {c.label} [{self.proxy}]" for c in self.checks]
+
+
+def _refs(repo: Path, names: tuple[str, ...]) -> dict[str, str]:
+    """Several refs in one git call ('' for the absent ones)."""
+    out = git_text(["for-each-ref", "--format=%(refname) %(objectname)", *names], repo)
+    pairs = (line.split(" ", 1) for line in out.splitlines() if line)
+    found = {name: sha for name, sha in pairs}
+    return {name: found.get(name, "") for name in names}
+
+
+def is_noop(repo: Path, digest: str) -> bool:
+    """True if the checkout already is the applied state of exactly this pin + series."""
+    return is_applied(repo, digest) and not dirty_files(repo)
+
+
+def refuse_or_stash(repo: Path, up: Upstream, force: bool, command: str) -> str:
+    """Refuse on uncommitted changes listing them; with --force stash them and return the ref."""
+    dirty = dirty_files(repo)
+    if not dirty:
+        return ""
+    if not force:
+        listed = ", ".join(line[3:] for line in dirty[:20]) + (" ..." if len(dirty) > 20 else "")
+        raise PatchToolError(
+            f"{up.name}: {up.path} has uncommitted changes ({listed}); commit or stash them, "
+            f"or re-run `tools/patches {command} --force {up.name}` to stash them (nothing is deleted)"
+        )
+    message = f"tools/patches {command} --force: saved before {command}"
+    git(["stash", "push", "--include-untracked", "-m", message], repo)
+    return rev(repo, "refs/stash")
+
+
+def _exports_to(repo: Path, pin: str, tip: str, series: Series) -> bool:
+    """True if pin..tip, exported, is byte for byte the series files (nothing else to keep)."""
+    if git_text(["merge-base", pin, tip], repo, check=False) != pin:
+        return False  # not built on the pin (e.g. rebased elsewhere): that is work to keep
+    try:
+        commits = branch_commits(repo, pin, tip)
+    except PatchToolError:  # merge commits: not a series
+        return False
+    return len(commits) == len(series) and export_commits(repo, commits) == [
+        patch.path.read_bytes() for _, patch in series
+    ]
+
+
+def guard_branch(repo: Path, up: Upstream, pin: str, force: bool, series: Series) -> str:
+    """Refuse to move branch `patched` if it holds commits apply did not make; --force keeps them.
+
+    A branch that exports to exactly the series (edited, then `tools/patches export`ed) holds
+    nothing the series lacks, so it is moved without asking.
+    """
+    current = rev(repo, BRANCH_REF)
+    if not current or current in (rev(repo, APPLIED_REF), pin):
+        return ""
+    if _exports_to(repo, pin, current, series):
+        return ""
+    keep = f"{BRANCH}-before-{current[:12]}"
+    if not force:
+        raise PatchToolError(
+            f"{up.name}: branch {BRANCH} ({current[:12]}) has commits tools/patches did not make; "
+            f"keep them (git -C {up.path} branch my-work {BRANCH}) or re-run with --force, "
+            f"which saves them as branch {keep}"
+        )
+    git(["update-ref", f"refs/heads/{keep}", current], repo)
+    return keep
+
+
+def check_safe_paths(up: Upstream, series: Series, checkout: Path | None) -> None:
+    for _, patch in series:
+        problems = [*patch.problems, *patch_path_problems(patch, checkout)]
+        if problems:
+            line, why = problems[0]
+            raise PatchToolError(
+                f"{up.series_dir / patch.path.name}:{line}: {why}; refusing to apply"
+            )
+
+
+def check_preimages(repo: Path, pin: str, up: Upstream, series: Series) -> None:
+    """On a stand-in, every pre-image blob must be the stand-in's file (else it is no proxy)."""
+    paths = sorted({d.old_path for _, p in series for d in p.files if d.old_path})
+    blobs: dict[str, str | None] = dict.fromkeys(paths)
+    if paths:
+        out = git_text(["ls-tree", "-r", "--full-tree", pin, "--", *paths], repo)
+        for row in out.splitlines():
+            meta, path = row.split("\t", 1)
+            blobs[path] = meta.split()[2]
+    for entry, patch in series:
+        for diff in patch.files:
+            if diff.is_new or not diff.old_path:
+                if diff.new_path:
+                    blobs[diff.new_path] = diff.new_blob
+                continue
+            have = blobs.get(diff.old_path)
+            where = f"{up.series_dir / entry.name}:{diff.line}"
+            if have is None:
+                raise PatchToolError(
+                    f"{where}: {diff.old_path} is not in the stand-in ({up.standin.package if up.standin else ''} "
+                    "release archive); this patch cannot be verified on a stand-in: provide the clone"
+                )
+            if diff.old_blob and not have.startswith(diff.old_blob):
+                raise PatchToolError(
+                    f"{where}: {diff.old_path} in the stand-in is blob {have[:12]}, the patch "
+                    f"expects {diff.old_blob[:12]}: the release archive differs from the pinned "
+                    "commit there; refusing (use a clone of the pin, or rebase the series)"
+                )
+            if diff.old_path != diff.new_path:
+                blobs[diff.old_path] = None
+            if diff.new_path:
+                blobs[diff.new_path] = diff.new_blob or have
+
+
+def _failure_detail(stderr: str, patch: Patch, entry: SeriesEntry, up: Upstream) -> str:
+    """Name the file and hunk that failed from git am's stderr."""
+    where = f"{entry.name} ({up.series_dir}/series:{entry.line})"
+    match = re.search(r"error: patch failed: (.+):(\d+)", stderr)
+    if match:
+        path, start = match.group(1), int(match.group(2))
+        for diff in patch.files:
+            if diff.old_path == path:
+                for hunk in diff.hunks:
+                    if hunk.old_start == start:
+                        return f"{where}: {path}: hunk {hunk.range_text} ({entry.name}:{hunk.line}) does not apply"
+        return f"{where}: {path}: hunk at line {start} does not apply"
+    match = re.search(
+        r"error: (.+?): (does not exist in index|already exists in (?:index|working directory)|does not match index|patch does not apply)",
+        stderr,
+    )
+    if match:
+        return f"{where}: {match.group(1)}: {match.group(2)}"
+    lines = [ln for ln in stderr.splitlines() if ln.startswith(("error:", "fatal:"))]
+    return f"{where}: {lines[0] if lines else 'git am failed'}"
+
+
+def run_am(repo: Path, up: Upstream, series_dir: Path, series: Series, pin: str) -> None:
+    """`git am` the series, grouped by author so committer = author, date = author date."""
+    groups: list[Series] = []
+    for pair in series:
+        author = (pair[1].author_name, pair[1].author_email)
+        if groups and (groups[-1][0][1].author_name, groups[-1][0][1].author_email) == author:
+            groups[-1].append(pair)
+        else:
+            groups.append([pair])
+    for group in groups:
+        env = {
+            "GIT_COMMITTER_NAME": group[0][1].author_name,
+            "GIT_COMMITTER_EMAIL": group[0][1].author_email,
+        }
+        files = [str(series_dir / entry.name) for entry, _ in group]
+        try:
+            git(["am", *_AM_OPTS, *files], repo, env=env)
+        except GitError as exc:
+            done = int(git_text(["rev-list", "--count", f"{pin}..HEAD"], repo))
+            entry, patch = series[done]
+            detail = _failure_detail(exc.stderr, patch, entry, up)
+            raise PatchToolError(
+                f"{up.name}: patch {done + 1}/{len(series)} {detail} on {up.tag or pin[:12]} "
+                f"(strict: no fuzz, no 3-way); checkout restored; next step: "
+                f"tools/patches rebase {up.name} --to <ref>, or fix {entry.name}"
+            ) from exc
+
+
+def refuse_in_progress(repo: Path, up: Upstream) -> None:
+    """A `git am` or rebase someone left in the checkout is their work: never abort it for them."""
+    names = ("rebase-apply", "rebase-merge")
+    args = [arg for name in names for arg in ("--git-path", name)]
+    paths = git_text(["rev-parse", *args], repo).splitlines()
+    for name, path in zip(names, paths, strict=True):
+        state = Path(path)
+        if (state if state.is_absolute() else repo / state).exists():
+            raise PatchToolError(
+                f"{up.path}: a git am/rebase is in progress ({name}); finish it or abort it "
+                f"(`git -C {up.path} am --abort` / `rebase --abort`), then re-run apply"
+            )
+
+
+def _restore(repo: Path, ref: str, head: str, refs: dict[str, str], stash: str) -> None:
+    """Put HEAD, refs, index, worktree (and stashed changes) back as they were."""
+    am_dir = repo / git_text(["rev-parse", "--git-path", "rebase-apply"], repo)
+    if am_dir.exists():
+        git(["am", "--abort"], repo, check=False)
+    if am_dir.exists():  # --abort can fail (e.g. blobs a partial mirror lacks); the state is ours
+        shutil.rmtree(am_dir)
+    for name, value in refs.items():
+        if value:
+            git(["update-ref", name, value], repo)
+        else:
+            git(["update-ref", "-d", name], repo, check=False)
+    git(["checkout", "-q", "-f", "--detach", head], repo)
+    if ref:
+        git(["symbolic-ref", "HEAD", ref], repo)
+    git(["reset", "-q", "--hard", "HEAD"], repo)
+    if stash:
+        git(["stash", "pop", "--index", "-q"], repo)
+
+
+def retire_proxy_if_exact(root: Path, up: Upstream, source: Source) -> str:
+    """A proxy is never used when the exact source is available: remove a proxy stand-in
+    (only tool-made state) when the URL answers, so the clone replaces it; returns a note."""
+    if not source.proxy:
+        return ""
+    ok, _ = url_answers(root, up)
+    if not ok:
+        return ""
+    repo = checkout_dir(root, up)
+    heads = git_text(["for-each-ref", "--format=%(refname)", "refs/heads/"], repo).splitlines()
+    foreign = [h for h in heads if h not in ("refs/heads/standin", BRANCH_REF)]
+    branch = rev(repo, BRANCH_REF)
+    if branch and branch not in (rev(repo, APPLIED_REF), source.pin):
+        foreign.append(BRANCH_REF)
+    if foreign or dirty_files(repo):
+        raise PatchToolError(
+            f"{up.name}: {up.path} is a proxy stand-in ({source.spec}) but the exact source "
+            f"{up.url} answers now, and the stand-in holds work of yours (changes or branches "
+            f"{', '.join(foreign) or 'uncommitted'}); move it away (mv {up.path} /tmp/) and "
+            "re-run: a proxy is never used when the pin itself is available"
+        )
+    shutil.rmtree(repo)
+    return f"removed the proxy stand-in {source.spec}: the exact source answers"
+
+
+def apply_upstream(
+    root: Path, up: Upstream, *, force: bool = False, downloader: Downloader = pip_download
+) -> Outcome:
+    """Apply `up`'s series on its pin as branch `patched`; see the module docstring."""
+    series_dir = root / up.series_dir
+    series = load_series(series_dir)
+    check_safe_paths(up, series, None)
+    repo = checkout_dir(root, up)
+    digest = series_digest(up, series_dir, series)
+    detected = detect_source(root, up) if is_repo(repo) else None
+    retired = retire_proxy_if_exact(root, up, detected) if detected else ""
+    if retired:
+        detected = None
+    if detected and is_noop(repo, digest):
+        head = rev(repo, "HEAD")
+        source = detected
+        if source.proxy:
+            checks = check_series(repo, source.pin, series)
+            return _proxy_outcome(up, source.spec, checks, State.UNCHANGED, "already applied", head)
+        return Outcome(
+            up.name,
+            State.UNCHANGED,
+            f"already applied ({len(series)} patches), nothing to do",
+            len(series),
+            head,
+        )
+    source = ensure_source(root, up, downloader, detected=detected)
+    if source.kind == MISSING:
+        return Outcome(
+            up.name,
+            State.NOT_VERIFIED,
+            f"series of {len(series)} patches NOT verified here: {source.detail}",
+            len(series),
+        )
+    check_safe_paths(up, series, repo)
+    checks: list[ProxyCheck] = []
+    if source.proxy:
+        checks = check_series(repo, source.pin, series)
+        series = [pair for pair, check in zip(series, checks, strict=True) if check.applies]
+    elif source.kind == STANDIN:
+        check_preimages(repo, source.pin, up, series)
+    refuse_in_progress(repo, up)
+    saved = guard_branch(repo, up, source.pin, force, series)
+    stash = refuse_or_stash(repo, up, force, "apply")
+    ref, head = head_of(repo)
+    refs = _refs(repo, (BRANCH_REF, APPLIED_REF, PIN_REF))
+    try:
+        git(["checkout", "-q", "--detach", source.pin], repo)
+        run_am(repo, up, series_dir, series, source.pin)
+        new_head = git_text(["rev-parse", "HEAD"], repo)
+        updates = f"update {BRANCH_REF} {new_head}\nupdate {APPLIED_REF} {new_head}\n"
+        updates += f"update {PIN_REF} {source.pin}\n"
+        git(["update-ref", "-m", "tools/patches apply", "--stdin"], repo, input=updates)
+        git(["symbolic-ref", "HEAD", BRANCH_REF], repo)
+        record_applied(repo, digest)
+    except BaseException:
+        _restore(repo, ref, head, refs, stash)
+        raise
+    notes = [] if not retired else [retired]
+    notes.append(f"branch {BRANCH} at {new_head[:12]}")
+    if saved:
+        notes.append(f"previous {BRANCH} kept as branch {saved}")
+    if stash:
+        notes.append(f"uncommitted changes stashed as {stash[:12]} (git -C {up.path} stash pop)")
+    if source.proxy:
+        outcome = _proxy_outcome(up, source.spec, checks, State.APPLIED, "; ".join(notes), new_head)
+        outcome.stash = stash
+        return outcome
+    first = f"applied {len(series)} patches on {up.tag or up.commit[:12]} ({source.detail})"
+    return Outcome(up.name, State.APPLIED, "; ".join([first, *notes]), len(series), new_head, stash)
+
+
+def _proxy_outcome(
+    up: Upstream, spec: str, checks: list[ProxyCheck], state: State, note: str, head: str
+) -> Outcome:
+    """The outcome on a proxy: says PROXY, counts what applied, labels every patch."""
+    applied = sum(1 for c in checks if c.applies)
+    left_out = [c.patch for c in checks if not c.applies]
+    message = (
+        f"PROXY {proxy_name(up)}, NOT the pinned commit: {applied} of {len(checks)} patches "
+        f"on {spec}" + (f"; {note}" if note else "")
+    )
+    if left_out:
+        state = State.NOT_VERIFIED
+        message += f"; NOT verified here (do not apply on the proxy): {', '.join(left_out)}"
+    return Outcome(up.name, state, message, len(checks), head, proxy=proxy_name(up), checks=checks)
+
+
+def reset_upstream(root: Path, up: Upstream, *, force: bool = False) -> Outcome:
+    """Check out the pinned commit (detached), with the same dirty-tree rule as apply."""
+    repo = checkout_dir(root, up)
+    source = detect_source(root, up)
+    if source.kind == MISSING or not source.pin:
+        return Outcome(up.name, State.NOT_VERIFIED, f"nothing to reset: {source.detail}")
+    stash = refuse_or_stash(repo, up, force, "reset")
+    before = rev(repo, "HEAD")
+    git(["checkout", "-q", "--detach", source.pin], repo)
+    # Branch `patched` and refs/patchtool/applied stay: a later apply recognises its own work.
+    note = f"at pin {source.pin[:12]} (was {before[:12]})"
+    if stash:
+        note += f"; uncommitted changes stashed as {stash[:12]}"
+    return Outcome(up.name, State.RESET, note, 0, source.pin, stash)

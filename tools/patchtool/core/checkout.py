@@ -1,0 +1,97 @@
+"""The state patchtool keeps in each upstream checkout, in one place.
+
+- branch `patched` (`BRANCH_REF`): the applied series; HEAD is a symbolic ref to it after apply.
+- `PIN_REF`: the commit patches go on (the manifest commit, or the stand-in commit).
+- `APPLIED_REF` + config `DIGEST_KEY` (`series_digest`): what apply last made; a re-run is a
+  no-op when digest, HEAD, branch and a clean tree match.
+- config `STANDIN_KEY = <package>==<version>`: the checkout is a release stand-in, not a clone.
+
+Every command reads these names from here; none spells a ref or key out itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from .git import git, git_ok, git_text, rev
+from .manifest import Upstream
+from .series import Series
+
+BRANCH = "patched"
+BRANCH_REF = f"refs/heads/{BRANCH}"
+APPLIED_REF = "refs/patchtool/applied"
+DIGEST_KEY = "patchtool.digest"
+PIN_REF = "refs/patchtool/pin"
+STANDIN_KEY = "patchtool.standin"
+
+
+def series_digest(up: Upstream, series_dir: Path, series: Series) -> str:
+    """Digest of everything an applied state depends on: pin, stand-in spec, series bytes."""
+    h = hashlib.sha256(f"{up.commit}\n{up.standin}\n".encode())
+    for entry, _ in series:
+        h.update(entry.name.encode() + b"\0" + (series_dir / entry.name).read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def dirty_files(repo: Path) -> list[str]:
+    """Uncommitted changes (tracked and untracked, not ignored) as `XY path` lines."""
+    out = git(["status", "--porcelain=v1", "--untracked-files=normal"], repo)
+    return [line for line in out.splitlines() if line.strip()]
+
+
+def checkout_dir(root: Path, up: Upstream) -> Path:
+    return root / up.path
+
+
+def is_repo(path: Path) -> bool:
+    """True if `path` itself is a git work tree (never the enclosing superproject)."""
+    return (path / ".git").exists()
+
+
+def has_commit(repo: Path, commit: str) -> bool:
+    return git_ok(["cat-file", "-e", f"{commit}^{{commit}}"], repo)
+
+
+def standin_spec(repo: Path) -> str:
+    """`package==version` when the checkout is a release stand-in, "" for a clone."""
+    return git_text(["config", "--get", STANDIN_KEY], repo, check=False)
+
+
+def is_real_clone(repo: Path) -> bool:
+    """True if `repo` is a git checkout holding upstream history (not a release stand-in)."""
+    return is_repo(repo) and not standin_spec(repo)
+
+
+def head_of(repo: Path) -> tuple[str, str]:
+    """(symbolic ref or '', commit) of HEAD."""
+    ref = git_text(["symbolic-ref", "-q", "HEAD"], repo, check=False)
+    return ref, rev(repo, "HEAD")
+
+
+def is_applied(repo: Path, digest: str) -> bool:
+    """True if HEAD is branch `patched` exactly as apply left it for this digest (pin + series).
+
+    Uncommitted changes are not looked at: apply's no-op test adds `not dirty_files(repo)`.
+    """
+    if not digest or git_text(["config", "--get", DIGEST_KEY], repo, check=False) != digest:
+        return False
+    ref, head = head_of(repo)
+    return ref == BRANCH_REF and head == rev(repo, APPLIED_REF)
+
+
+def record_applied(repo: Path, digest: str) -> None:
+    """Remember that HEAD's branch is the applied state of `digest` (see `is_applied`)."""
+    git(["config", DIGEST_KEY, digest], repo)
+
+
+def move_branch(repo: Path, new_tip: str, old_tip: str, reason: str) -> bool:
+    """Move branch `patched` old_tip -> new_tip (apply's commits rewritten, e.g. a reworded
+    trailer). True when apply had made old_tip: `APPLIED_REF` follows, and the caller records
+    the new digest with `record_applied`."""
+    applied = rev(repo, APPLIED_REF)
+    git(["update-ref", "-m", reason, BRANCH_REF, new_tip, old_tip], repo)
+    if applied != old_tip:
+        return False
+    git(["update-ref", APPLIED_REF, new_tip], repo)
+    return True

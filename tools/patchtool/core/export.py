@@ -1,0 +1,127 @@
+"""`export`: regenerate patch files from the commits of the `patched` branch.
+
+Editing a patch means editing its commit (e.g. `git commit --amend`, `git rebase -i` on
+branch `patched` in the upstream checkout) and exporting. Commits map to series entries by
+position; commits beyond the series become new patches named after their subject and are
+appended to `series`. Output is `git.format_patch` (pinned flags and config), so it is
+byte-identical on every machine; `--check` exports into memory and diffs against the files.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import PatchToolError
+from .checkout import BRANCH, BRANCH_REF, PIN_REF, checkout_dir, is_repo
+from .git import branch_commits, export_commits, git_text, rev
+from .manifest import Upstream
+from .series import SERIES_FILE, read_series
+
+_SLUG_RE = re.compile(r"[^a-z0-9]+")
+
+
+@dataclass
+class Export:
+    """Fresh patch bytes per file name, in series order, plus the series text to write."""
+
+    upstream: str
+    files: dict[str, bytes] = field(default_factory=dict)
+    added: list[str] = field(default_factory=list)
+    series_text: str = ""
+
+
+def slug(subject: str) -> str:
+    """A patch file name from a commit subject: `Fix DDP hooks!` -> `fix-ddp-hooks.patch`."""
+    text = _SLUG_RE.sub("-", subject.lower()).strip("-")[:60].rstrip("-")
+    return f"{text or 'patch'}.patch"
+
+
+def patched_range(root: Path, up: Upstream) -> tuple[Path, str, str]:
+    """(checkout, base commit, tip commit) of the patched branch; actionable error if absent."""
+    repo = checkout_dir(root, up)
+    if not is_repo(repo):
+        raise PatchToolError(
+            f"{up.name}: {up.path} is not a checkout; run tools/patches apply {up.name} first"
+        )
+    tip = rev(repo, BRANCH_REF)
+    if not tip:
+        raise PatchToolError(
+            f"{up.name}: no branch {BRANCH} in {up.path}; run tools/patches apply {up.name} first"
+        )
+    base = rev(repo, PIN_REF) or up.commit
+    if git_text(["merge-base", base, tip], repo, check=False) != base:
+        raise PatchToolError(
+            f"{up.name}: branch {BRANCH} does not descend from the pin {base[:12]}; "
+            f"rebase it (git -C {up.path} rebase --onto {base[:12]} <old-base> {BRANCH})"
+        )
+    return repo, base, tip
+
+
+def export_upstream(root: Path, up: Upstream) -> Export:
+    """Fresh export of `up`'s patched branch mapped onto its series."""
+    series_dir = root / up.series_dir
+    entries = read_series(series_dir / SERIES_FILE)
+    repo, base, tip = patched_range(root, up)
+    commits = branch_commits(repo, base, tip)
+    if len(commits) < len(entries):
+        raise PatchToolError(
+            f"{up.name}: branch {BRANCH} has {len(commits)} commits on the pin but "
+            f"{series_dir / SERIES_FILE} lists {len(entries)}; remove the dropped patches from "
+            "series (and their files) or re-run tools/patches apply"
+        )
+    result = Export(up.name)
+    for index, data in enumerate(export_commits(repo, commits)):
+        if index < len(entries):
+            name = entries[index].name
+        else:
+            subject = git_text(["log", "-1", "--format=%s", commits[index]], repo)
+            name = slug(subject)
+            if name in result.files or (series_dir / name).exists():
+                name = name.removesuffix(".patch") + f"-{index + 1}.patch"
+            result.added.append(name)
+        result.files[name] = data
+    text = (series_dir / SERIES_FILE).read_text(encoding="utf-8")
+    if result.added:
+        text = text + ("" if text.endswith("\n") or not text else "\n")
+        text += "".join(f"{name}\n" for name in result.added)
+    result.series_text = text
+    return result
+
+
+def diff_export(root: Path, up: Upstream, fresh: Export) -> list[str]:
+    """Unified diff lines between the files on disk and a fresh export ([] when identical)."""
+    series_dir = root / up.series_dir
+    out: list[str] = []
+    for name, data in fresh.files.items():
+        path = series_dir / name
+        old = path.read_bytes() if path.exists() else b""
+        if old != data:
+            rel = path.relative_to(root).as_posix()
+            out += difflib.unified_diff(
+                old.decode("utf-8", errors="replace").splitlines(keepends=True),
+                data.decode("utf-8", errors="replace").splitlines(keepends=True),
+                f"a/{rel}" if path.exists() else "/dev/null",
+                f"b/{rel} (fresh export)",
+            )
+    if fresh.added:
+        out.append(f"series: new commits not in {up.series_dir}/series: {', '.join(fresh.added)}\n")
+    return out
+
+
+def write_export(root: Path, up: Upstream, fresh: Export) -> list[str]:
+    """Write changed files; return the relative paths written."""
+    series_dir = root / up.series_dir
+    written = []
+    for name, data in fresh.files.items():
+        path = series_dir / name
+        if not path.exists() or path.read_bytes() != data:
+            path.write_bytes(data)
+            written.append(path.relative_to(root).as_posix())
+    series = series_dir / SERIES_FILE
+    if series.read_text(encoding="utf-8") != fresh.series_text:
+        series.write_text(fresh.series_text, encoding="utf-8")
+        written.append(series.relative_to(root).as_posix())
+    return written

@@ -1,0 +1,180 @@
+"""`lint`: series/patch consistency, trailers, tripwire tests, path safety, gitlink pins.
+
+Errors print as `file:line: message` (paths relative to the repository root) so editors and
+pre-commit jump straight to them. Parsing of tests is stdlib `ast`, never a pytest import.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import PatchToolError
+from .checkout import checkout_dir, is_repo
+from .gitlinks import gitlink_problems
+from .manifest import MANIFEST_PATH, Manifest, Upstream
+from .paths import patch_path_problems
+from .series import RETIRED_DIR, SERIES_FILE, Patch, parse_patch, read_series
+
+STATUS_RE = re.compile(
+    r"^(pending|submitted https?://\S+|accepted \S+|not-needed \S.*|inappropriate \S.*)$"
+)
+TEST_RE = re.compile(r"^(?P<file>[^\s:]+\.py)(?P<names>(::[A-Za-z_]\w*)+)(\[.*\])?$")
+SINGLE_TRAILERS = ("Upstream-Status", "Origin")
+_FULL_BLOB_RE = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+
+
+@dataclass(frozen=True)
+class LintError:
+    file: str
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.message}"
+
+
+def test_exists(root: Path, node: str) -> str | None:
+    """Why pytest node id `node` does not name an existing test, or None if it does."""
+    match = TEST_RE.match(node)
+    if not match:
+        return f"Test: {node!r} is not a pytest node id (tests/path/test_x.py::test_name)"
+    path = root / match.group("file")
+    if not path.is_file():
+        return f"Test: {match.group('file')} does not exist"
+    try:
+        scope: list[ast.stmt] = ast.parse(path.read_bytes(), str(path)).body
+    except SyntaxError as exc:
+        return f"Test: {match.group('file')} does not parse ({exc.msg}, line {exc.lineno})"
+    names = match.group("names").split("::")[1:]
+    for depth, name in enumerate(names):
+        last = depth == len(names) - 1
+        kinds = (ast.FunctionDef, ast.AsyncFunctionDef) if last else (ast.ClassDef,)
+        found = next((n for n in scope if isinstance(n, kinds) and n.name == name), None)
+        if found is None:
+            what = "def" if last else "class"
+            return f"Test: no `{what} {name}` in {match.group('file')}"
+        if not last:
+            assert isinstance(found, ast.ClassDef)
+            scope = found.body
+    return None
+
+
+def lint_patch(root: Path, rel: str, patch: Patch, checkout: Path | None) -> list[LintError]:
+    errors = [LintError(rel, line, msg) for line, msg in patch.problems]
+    errors += [LintError(rel, line, msg) for line, msg in patch_path_problems(patch, checkout)]
+    keys = {t.key for t in patch.trailers}
+    end = patch.body[-1][0] if patch.body else max(patch.subject_line, 1)
+    for key in (*SINGLE_TRAILERS, "Test"):
+        if key not in keys:
+            errors.append(
+                LintError(
+                    rel, end, f"missing trailer `{key}:` (one block at the end of the message)"
+                )
+            )
+    counted: set[str] = set()
+    for trailer in patch.trailers:
+        where = trailer.line
+        if trailer.key in SINGLE_TRAILERS and trailer.key in counted:
+            errors.append(LintError(rel, where, f"`{trailer.key}:` given more than once"))
+        counted.add(trailer.key)
+        if trailer.key == "Upstream-Status" and not STATUS_RE.match(trailer.value):
+            errors.append(
+                LintError(
+                    rel,
+                    where,
+                    f"Upstream-Status {trailer.value!r}: want pending | submitted <PR URL> | accepted <commit or tag> | not-needed <reason> | inappropriate <reason>",
+                )
+            )
+        elif trailer.key in ("Origin", "Bug") and not trailer.value:
+            errors.append(LintError(rel, where, f"`{trailer.key}:` is empty"))
+        elif trailer.key == "Test":
+            why = test_exists(root, trailer.value)
+            if why:
+                errors.append(LintError(rel, where, why))
+    for diff in patch.files:
+        for blob in (diff.old_blob, diff.new_blob):
+            if blob and not _FULL_BLOB_RE.match(blob):
+                errors.append(
+                    LintError(
+                        rel,
+                        diff.line,
+                        f"abbreviated blob id {blob}: export with --full-index (tools/patchtool/core/git.py:format_patch)",
+                    )
+                )
+                break
+        for hunk in diff.hunks:
+            for line, text in hunk.added:
+                if text != text.rstrip():
+                    errors.append(
+                        LintError(rel, line, f"trailing whitespace on an added line of {diff.path}")
+                    )
+    return errors
+
+
+def lint_upstream(root: Path, up: Upstream) -> list[LintError]:
+    series_dir = root / up.series_dir
+    series_rel = (up.series_dir / SERIES_FILE).as_posix()
+    try:
+        entries = read_series(series_dir / SERIES_FILE)
+    except PatchToolError as exc:
+        return [LintError(series_rel, 1, str(exc))]
+    errors: list[LintError] = []
+    checkout = checkout_dir(root, up)
+    checkout_or_none = checkout if is_repo(checkout) else None
+    seen: dict[str, int] = {}
+    for entry in entries:
+        if entry.name in seen:
+            errors.append(
+                LintError(
+                    series_rel,
+                    entry.line,
+                    f"{entry.name} listed twice (first on line {seen[entry.name]})",
+                )
+            )
+            continue
+        seen[entry.name] = entry.line
+        path = series_dir / entry.name
+        if "/" in entry.name or not entry.name.endswith(".patch"):
+            errors.append(
+                LintError(
+                    series_rel,
+                    entry.line,
+                    f"{entry.name}: series entries are file names ending in .patch",
+                )
+            )
+        if not path.is_file():
+            errors.append(
+                LintError(
+                    series_rel, entry.line, f"{entry.name} listed but the file does not exist"
+                )
+            )
+            continue
+        rel = (up.series_dir / entry.name).as_posix()
+        errors += lint_patch(root, rel, parse_patch(path), checkout_or_none)
+    for path in sorted(series_dir.glob("*.patch")):
+        if path.name not in seen:
+            rel = (up.series_dir / path.name).as_posix()
+            errors.append(
+                LintError(
+                    rel, 1, f"not listed in {series_rel}: add it or move it to {RETIRED_DIR}/"
+                )
+            )
+    return errors
+
+
+def lint_all(root: Path, manifest: Manifest, names: list[str] | None = None) -> list[LintError]:
+    errors: list[LintError] = []
+    for up in manifest.select(names):
+        errors += lint_upstream(root, up)
+        for problem in gitlink_problems(root, up):
+            errors.append(LintError(MANIFEST_PATH.as_posix(), up.commit_line or up.line, problem))
+    known = set(manifest.upstreams)
+    for path in sorted((root / "patches").iterdir()):
+        if path.is_dir() and path.name not in known:
+            errors.append(
+                LintError(f"patches/{path.name}", 1, f"no [{path.name}] in {MANIFEST_PATH}")
+            )
+    return errors

@@ -1,0 +1,99 @@
+"""`set-status PATCH KIND [DETAIL]`: record a patch's Upstream-Status (e.g. the PR URL).
+
+The trailer is rewritten in the patch file and, when branch `patched` of the upstream
+checkout carries the patch's commit, in that commit too (the branch is replayed with
+identical trees), so `export --check` stays clean.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import PatchToolError
+from .checkout import (
+    BRANCH_REF,
+    checkout_dir,
+    is_repo,
+    move_branch,
+    record_applied,
+    series_digest,
+)
+from .export import patched_range
+from .git import branch_commits, rev
+from .manifest import Upstream, load_manifest
+from .series import SERIES_FILE, load_series, read_series
+from .trailers import STATUS_KEY, amend_commit_trailer, set_patch_trailer, status_value
+
+_URL_RE = re.compile(r"^https?://\S+$")
+
+
+@dataclass
+class Located:
+    """A patch file, its upstream, and its position in the series (-1 when retired)."""
+
+    path: Path
+    upstream: Upstream
+    index: int
+
+
+def locate_patch(root: Path, given: str) -> Located:
+    """`patches/<Upstream>/<name>.patch` (relative to cwd or root) -> upstream and index."""
+    candidates = [Path(given), root / given]
+    path = next((p.resolve() for p in candidates if p.is_file()), None)
+    if path is None:
+        raise PatchToolError(f"{given}: no such patch file (give patches/<Upstream>/<name>.patch)")
+    manifest = load_manifest(root)
+    patches_dir = (root / "patches").resolve()
+    try:
+        rel = path.relative_to(patches_dir)
+    except ValueError as exc:
+        raise PatchToolError(f"{given}: not under {patches_dir}") from exc
+    name = rel.parts[0]
+    if name not in manifest.upstreams:
+        raise PatchToolError(f"{given}: {name} is not an upstream in patches/upstreams.toml")
+    up = manifest.upstreams[name]
+    index = -1
+    if len(rel.parts) == 2:
+        names = [e.name for e in read_series(root / up.series_dir / SERIES_FILE)]
+        if rel.parts[1] not in names:
+            raise PatchToolError(f"{given}: not listed in {up.series_dir / SERIES_FILE}")
+        index = names.index(rel.parts[1])
+    return Located(path, up, index)
+
+
+def set_status(root: Path, given: str, kind: str, detail: str) -> list[str]:
+    """Rewrite the trailer in the file (and branch `patched`); return what changed."""
+    value = status_value(kind, detail)
+    if kind == "submitted" and not _URL_RE.match(detail.strip()):
+        raise PatchToolError(f"submitted needs the PR URL (https://...), not {detail!r}")
+    loc = locate_patch(root, given)
+    data = loc.path.read_bytes()
+    new = set_patch_trailer(data, STATUS_KEY, value, loc.path)
+    changed = []
+    if new != data:
+        loc.path.write_bytes(new)
+        changed.append(loc.path.relative_to(root.resolve()).as_posix())
+    if loc.index >= 0 and _update_branch(root, loc, value):
+        changed.append(f"{loc.upstream.path}: branch patched (commit {loc.index + 1} reworded)")
+    return changed
+
+
+def _update_branch(root: Path, loc: Located, value: str) -> bool:
+    up = loc.upstream
+    repo = checkout_dir(root, up)
+    if not is_repo(repo) or not rev(repo, BRANCH_REF):
+        return False
+    repo, base, tip = patched_range(root, up)
+    commits = branch_commits(repo, base, tip)
+    if loc.index >= len(commits):
+        return False
+    new_tip = amend_commit_trailer(repo, commits[loc.index], tip, STATUS_KEY, value)
+    if new_tip == tip:
+        return False
+    if move_branch(repo, new_tip, tip, "tools/patches set-status"):
+        # keep `status`/`apply` seeing the branch as the applied series
+        series_dir = root / up.series_dir
+        record_applied(repo, series_digest(up, series_dir, load_series(series_dir)))
+    return True

@@ -1,0 +1,313 @@
+"""`verify`: the tripwire proof of every patch.
+
+A patch is proven when its `Test:` nodes pass on the tree with the whole series applied and fail
+on the same tree with only that patch left out. Both states share one checkout and one venv: the
+left-out state reverse-applies the patch's files in the work tree, runs one pytest process, and
+restores the files from HEAD, so the cost is one pytest start per state (megatron-core's import
+dominates it).
+
+On a proxy (the nearest release standing in for a non-release pin) every row says so: the
+source column carries the patch's proxy label, a proof is "proven on proxy" (never "proven"),
+and a patch that does not apply on the proxy is "not verified here" (like a missing source,
+accepted by --allow-missing).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import GitError, PatchToolError
+from ..rebase.engine import TripwireHook
+from ..source.detect import MISSING, STANDIN, Source, detect_source
+from ..source.proxy import check_series, proxy_name
+from .checkout import checkout_dir, dirty_files
+from .git import git, git_bytes, git_ok
+from .manifest import Upstream
+from .series import Patch, load_series
+from .state import upstream_status
+
+PASSED, FAILED, SKIPPED, NOT_RUN = "passed", "failed", "skipped", "not-run"
+PROVEN, PROVEN_ON_PROXY, NOT_VERIFIED = "proven", "proven on proxy", "not verified here"
+
+
+@dataclass
+class Proof:
+    """The verdict for one patch: its tests' outcome with and without the patch."""
+
+    upstream: str
+    patch: str
+    tests: list[str]
+    source: str
+    with_patch: str = NOT_RUN
+    without_patch: str = NOT_RUN
+    verdict: str = NOT_VERIFIED
+    detail: str = ""
+    proxy: str = ""  # non-empty: ran on this proxy, not on the pinned commit
+
+    @property
+    def proven(self) -> bool:
+        return self.verdict in (PROVEN, PROVEN_ON_PROXY)
+
+    @property
+    def unavailable(self) -> bool:
+        """Not verifiable on this machine (source missing, or the patch does not fit the proxy)."""
+        return self.source == "missing" or (bool(self.proxy) and self.verdict == NOT_VERIFIED)
+
+
+@dataclass
+class Outcomes:
+    """Per-node outcomes of one pytest run, plus the output tail for failures to explain."""
+
+    by_node: dict[str, tuple[str, str]] = field(default_factory=dict)
+    tail: str = ""
+
+    def of(self, node: str) -> tuple[str, str]:
+        """Outcome of a `Test:` node; a file or a test name covers its parametrisations."""
+        hits = [v for k, v in self.by_node.items() if _covers(node, k)]
+        if not hits:
+            return FAILED, f"{node} did not run (collection error?): {self.tail}"
+        for outcome in (FAILED, SKIPPED):
+            for value, detail in hits:
+                if value == outcome:
+                    return value, detail
+        return PASSED, ""
+
+
+def _covers(node: str, case: str) -> bool:
+    return case == node or case.startswith(node + "[") or case.startswith(node + "::")
+
+
+def source_label(source: Source) -> str:
+    """How exact a verification on this source is; never claims more than it is."""
+    if source.proxy:
+        return f"PROXY ({source.detail})"
+    if source.kind == STANDIN:
+        return f"stand-in ({source.detail})"
+    return f"exact pin ({source.kind})"
+
+
+def venv_python(root: Path) -> Path:
+    python = root / ".venv" / "bin" / "python"
+    if not python.exists():
+        raise PatchToolError(
+            f"{python} does not exist: verify runs the tests in the project venv; run `uv sync` "
+            "first (or pass --python)"
+        )
+    return python
+
+
+def _node_of(case: ET.Element) -> str:
+    file = case.get("file", "")
+    classname = case.get("classname", "")
+    module = file[:-3].replace("/", ".") if file.endswith(".py") else ""
+    classes = classname[len(module) + 1 :] if module and classname.startswith(module + ".") else ""
+    parts = [file, *(classes.split(".") if classes else []), case.get("name", "")]
+    return "::".join(parts)
+
+
+def parse_junit(xml_text: str) -> dict[str, tuple[str, str]]:
+    """node id -> (outcome, message) from pytest's xunit1 junit XML."""
+    result: dict[str, tuple[str, str]] = {}
+    for case in ET.fromstring(xml_text).iter("testcase"):
+        outcome, detail = PASSED, ""
+        for child in case:
+            if child.tag in ("failure", "error"):
+                outcome, detail = FAILED, (child.get("message") or "").splitlines()[0:1]
+                detail = detail[0] if detail else child.tag
+                break
+            if child.tag == "skipped":
+                outcome, detail = SKIPPED, child.get("message") or "skipped"
+        result[_node_of(case)] = (outcome, str(detail)[:200])
+    return result
+
+
+def run_pytest(
+    root: Path, python: Path, nodes: list[str], env: dict[str, str] | None = None
+) -> Outcomes:
+    """One pytest process over `nodes` (extra `env` on top of ours); outcomes per test node."""
+    with tempfile.TemporaryDirectory(prefix="patchtool-verify-") as tmp:
+        junit = Path(tmp) / "junit.xml"
+        cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o"]
+        cmd += ["junit_family=xunit1", f"--junitxml={junit}", *sorted(set(nodes))]
+        full_env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", **(env or {}))
+        proc = subprocess.run(
+            cmd, cwd=root, capture_output=True, text=True, env=full_env, check=False
+        )
+        tail = " | ".join(proc.stdout.strip().splitlines()[-3:])
+        if not junit.exists():
+            return Outcomes({}, tail or proc.stderr.strip()[-300:])
+        return Outcomes(parse_junit(junit.read_text()), tail)
+
+
+@contextmanager
+def left_out(repo: Path, patch: Patch) -> Iterator[None]:
+    """The work tree with `patch` reverse-applied; restored from HEAD afterwards, always."""
+    data = patch.path.read_bytes()
+    try:
+        git(["apply", "-R", "--check", "-"], repo, input=data)
+    except GitError as exc:
+        raise PatchToolError(
+            f"{patch.path.name} does not reverse-apply on the patched tree (a later patch in the "
+            "series touches the same lines): it cannot be left out alone; merge the two patches "
+            "or make the later one independent"
+        ) from exc
+    paths = sorted({f.path for f in patch.files} | {f.old_path for f in patch.files if f.old_path})
+    git(["apply", "-R", "-"], repo, input=data)
+    try:
+        yield
+    finally:
+        tracked = [p for p in paths if git_ok(["cat-file", "-e", f"HEAD:{p}"], repo)]
+        if tracked:
+            git(["checkout", "HEAD", "--", *tracked], repo)
+        for p in paths:
+            if p not in tracked and (repo / p).exists():
+                (repo / p).unlink()
+
+
+def verify_upstream(root: Path, up: Upstream, python: Path, progress: bool) -> list[Proof]:
+    """Prove each patch of `up`'s series whose checkout is present and applied."""
+    series = load_series(root / up.series_dir)
+    source = detect_source(root, up)
+    label = source_label(source)
+    proofs = [Proof(up.name, p.path.name, p.trailer_values("Test"), label) for _, p in series]
+    if source.kind == MISSING:
+        for proof in proofs:
+            proof.source = "missing"
+            proof.detail = (
+                f"{source.detail}; provide {up.path} (e.g. a local mirror and "
+                f"`git config --global url.<mirror>.insteadOf {up.url}`), then apply"
+            )
+        return proofs
+    row = upstream_status(root, up)
+    repo = checkout_dir(root, up)
+    if not row["patched_state"] or dirty_files(repo):
+        raise PatchToolError(
+            f"{up.path} is not the clean patched state of its series: run "
+            f"`tools/patches apply {up.name}` first"
+        )
+    testable = [(proof, patch) for proof, (_, patch) in zip(proofs, series, strict=True)]
+    if source.proxy:
+        checks = check_series(repo, source.pin, series)
+        for (proof, _), check in zip(testable, checks, strict=True):
+            proof.proxy, proof.source = proxy_name(up), f"PROXY {proxy_name(up)}: {check.label}"
+            if not check.applies:
+                proof.detail = f"{check.label}; the patch is not applied on the proxy"
+        testable = [t for t, c in zip(testable, checks, strict=True) if c.applies]
+    for proof, _ in testable:
+        if not proof.tests:
+            proof.verdict, proof.detail = "no tripwire", "the patch has no Test: trailer"
+    testable = [(proof, patch) for proof, patch in testable if proof.tests]
+    if not testable:
+        return proofs
+    _say(progress, f"{up.name}: running {len(testable)} patch test set(s) with the series")
+    with_all = run_pytest(root, python, [n for proof, _ in testable for n in proof.tests])
+    for proof, patch in testable:
+        proof.with_patch, why_with = _combine(with_all, proof.tests)
+        _say(progress, f"{up.name}: leaving out {patch.path.name}")
+        with left_out(repo, patch):
+            without = run_pytest(root, python, proof.tests)
+        proof.without_patch, why_without = _combine(without, proof.tests, want_each=FAILED)
+        proof.verdict, proof.detail = _verdict(proof, why_with, why_without)
+    return proofs
+
+
+def tree_env_var(upstream: str) -> str:
+    """The variable naming the tree a tripwire should read instead of 3rdparty/<upstream>."""
+    return "PATCHTOOL_TREE_" + upstream.upper().replace("-", "_")
+
+
+def tree_env(upstream: str, tree: Path) -> dict[str, str]:
+    """Environment that points a patch's tests at `tree` instead of 3rdparty/<upstream>.
+
+    Imports follow PYTHONPATH (the tree root, and `src/` for src-layout upstreams, ahead of the
+    editable install); tests that read upstream files by path honour `PATCHTOOL_TREE_<NAME>`
+    (tests/support/upstream_tree.py).
+    """
+    paths = [str(tree), str(tree / "src"), os.environ.get("PYTHONPATH", "")]
+    return {"PYTHONPATH": os.pathsep.join(p for p in paths if p), tree_env_var(upstream): str(tree)}
+
+
+def full_tree(scratch: Path, dest: Path) -> Path:
+    """Scratch HEAD's whole tree in `dest` (the scratch work tree is sparse).
+
+    Blobs absent from a partial mirror (large files) are left out; the sparse work tree's own
+    files are laid over the top, since they are what the rebase is looking at.
+    """
+    listing = git(["ls-tree", "-r", "-z", "--format=%(objectname) %(path)", "HEAD"], scratch)
+    entries = [e.split(" ", 1) for e in str(listing).split("\0") if e]
+    check = git(
+        ["cat-file", "--batch-check=%(objectname) %(objecttype)"],
+        scratch,
+        input="".join(f"{sha}\n" for sha, _ in entries),
+    )
+    present = {line.split(" ")[0] for line in str(check).splitlines() if line.endswith(" blob")}
+    paths = [path for sha, path in entries if sha in present]
+    archive = git_bytes(["archive", "--format=tar", "HEAD", "--", *paths], scratch)
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(dest, filter="data")
+    for rel in str(git(["ls-files", "-z"], scratch)).split("\0"):
+        if rel and (scratch / rel).is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(scratch / rel, dest / rel)
+    return dest
+
+
+def tripwire_hook(root: Path, upstream: str, python: Path) -> TripwireHook:
+    """A rebase evidence hook: True when the patch's tests pass on the new base without it."""
+
+    def hook(name: str, patch: Patch, scratch: Path) -> bool | None:
+        nodes = patch.trailer_values("Test")
+        if not nodes:
+            return None
+        with tempfile.TemporaryDirectory(prefix="patchtool-tripwire-") as tmp:
+            tree = full_tree(scratch, Path(tmp))
+            outcomes = run_pytest(root, python, nodes, tree_env(upstream, tree))
+        outcome, _ = _combine(outcomes, nodes)
+        return None if outcome == SKIPPED else outcome == PASSED
+
+    return hook
+
+
+def _combine(outcomes: Outcomes, nodes: list[str], want_each: str = PASSED) -> tuple[str, str]:
+    """Fold node outcomes: with-patch every node must pass; without, every node must fail."""
+    results = [outcomes.of(node) for node in nodes]
+    for outcome, detail in results:
+        if outcome == SKIPPED:
+            return SKIPPED, detail
+    if want_each == FAILED:
+        passing = [n for n, (o, _) in zip(nodes, results, strict=True) if o == PASSED]
+        if passing:
+            return PASSED, f"passes without the patch: {', '.join(passing)}"
+        return FAILED, results[0][1]
+    failing = [(n, d) for n, (o, d) in zip(nodes, results, strict=True) if o == FAILED]
+    if failing:
+        return FAILED, f"{failing[0][0]}: {failing[0][1]}"
+    return PASSED, ""
+
+
+def _verdict(proof: Proof, why_with: str, why_without: str) -> tuple[str, str]:
+    if proof.with_patch == SKIPPED or proof.without_patch == SKIPPED:
+        return NOT_VERIFIED, f"skipped: {why_with or why_without}"
+    if proof.with_patch != PASSED:
+        return "NOT PROVEN", f"fails with the patch: {why_with}"
+    if proof.without_patch != FAILED:
+        return "NOT PROVEN", f"does not trip without the patch: {why_without}"
+    if proof.proxy:
+        return PROVEN_ON_PROXY, f"on {proof.proxy}, not on the pinned commit"
+    return PROVEN, ""
+
+
+def _say(progress: bool, text: str) -> None:
+    if progress:
+        print(f"[verify] {text}", file=sys.stderr, flush=True)

@@ -1,0 +1,133 @@
+"""The two bases of a rebase as commits in the scratch repository.
+
+Git history is preferred (patch-id and ancestry evidence need it): the upstream checkout
+lends its objects to the scratch repo, and a ref it lacks is fetched from the submodule URL
+(a local mirror through `url.<mirror>.insteadOf` works). When that is impossible, both bases
+are release stand-ins: the manifest maps the tag to a PyPI version through `tag_format`, and
+the archive becomes a deterministic commit (fixed identity and date, so its id is the same on
+every machine). Both bases always come from the same kind of source, so a diff between them
+is a real upstream diff.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ..core.checkout import is_real_clone
+from ..core.git import git, git_timeout, rev
+from ..core.manifest import Upstream, short, version_for_tag
+from ..errors import PatchToolError
+from ..source.detect import probe_url
+from ..source.standin import Downloader, materialise_commit, pip_download
+from .engine import Base
+
+AUTO, GIT, STANDIN = "auto", "git", "standin"
+MODES = (AUTO, GIT, STANDIN)
+FETCH_TIMEOUT_S = 900.0
+
+
+def history_repos(root: Path, up: Upstream) -> list[Path]:
+    """The upstream checkout when it is a real clone (never a stand-in repo)."""
+    repo = root / up.path
+    if not is_real_clone(repo):
+        return []
+    return [repo]
+
+
+def _commit(repo: Path, name: str) -> str:
+    return rev(repo, f"{name}^{{commit}}")
+
+
+def _fetch(scratch: Path, url: str, rev: str) -> tuple[str, str]:
+    """Fetch `rev` (tag, branch or commit) from `url` into the scratch repo; (sha, why-not)."""
+    why = probe_url(url, scratch)
+    if why:
+        return "", why
+    wants = [f"refs/tags/{rev}", rev] if not re.fullmatch(r"[0-9a-f]{40}", rev) else [rev]
+    for want in wants:
+        code, detail = git_timeout(
+            ["fetch", "-q", "--no-tags", url, want], scratch, FETCH_TIMEOUT_S
+        )
+        if code is None:
+            return "", f"fetch of {rev} from {url} timed out after {FETCH_TIMEOUT_S:.0f} s"
+        if code == 0:
+            return _commit(scratch, "FETCH_HEAD"), ""
+        why = detail or f"git fetch exit {code}"
+    return "", why
+
+
+def resolve_git(scratch: Path, repos: list[Path], url: str, rev: str) -> tuple[str, str]:
+    """`rev` as a commit reachable from the scratch repo: from a history repo, else fetched."""
+    for repo in repos:
+        sha = _commit(repo, rev)
+        if sha:
+            return sha, ""
+    return _fetch(scratch, url, rev)
+
+
+def standin_label(up: Upstream, version: str) -> str:
+    assert up.standin is not None
+    return f"{up.standin.package} {version} stand-in"
+
+
+def resolve_bases(
+    scratch: Path,
+    root: Path,
+    up: Upstream,
+    ref: str,
+    *,
+    mode: str = AUTO,
+    new_commit: str = "",
+    downloader: Downloader = pip_download,
+) -> tuple[Base, Base, list[Path], str]:
+    """(old base, new base, history repos, why stand-ins were used or "").
+
+    `new_commit` names the upstream commit of `ref` when it cannot be read offline.
+    """
+    if mode not in MODES:
+        raise PatchToolError(f"unknown source mode {mode!r}; use one of {', '.join(MODES)}")
+    repos = history_repos(root, up)
+    why = ""
+    if mode in (AUTO, GIT):
+        old_sha, why_old = resolve_git(scratch, repos, up.url, up.commit)
+        new_sha, why_new = resolve_git(scratch, repos, up.url, ref) if old_sha else ("", "")
+        if old_sha and new_sha:
+            old = Base(up.tag or short(up.commit), old_sha, True, up.commit, up.tag)
+            tag = ref if not re.fullmatch(r"[0-9a-f]{7,40}", ref) else ""
+            new = Base(ref if tag else short(new_sha), new_sha, True, new_sha, tag)
+            return old, new, repos, ""
+        why = (
+            f"no git history for {up.commit[:12]}: {why_old}"
+            if not old_sha
+            else f"cannot resolve {ref}: {why_new}"
+        )
+        if mode == GIT:
+            raise PatchToolError(
+                f"{up.name}: {why}; make {up.url} reachable (or a local mirror via "
+                f"git config --global url.<mirror>.insteadOf {up.url}) or use --source standin"
+            )
+    if up.standin is None:
+        raise PatchToolError(
+            f"{up.name}: {why or 'stand-in requested'} and no release stand-in exists"
+        )
+    version = version_for_tag(up.standin, ref)
+    if not version:
+        raise PatchToolError(
+            f"{up.name}: {ref!r} is not a release tag of the form {up.standin.tag_format!r}; "
+            "offline, only release tags map to a stand-in (give a tag or make the URL reachable)"
+        )
+    old_commit = materialise_commit(scratch, root, up, up.standin.version, downloader)
+    git(["update-ref", "refs/patchtool/old", old_commit], scratch)
+    new_commit_sa = materialise_commit(scratch, root, up, version, downloader)
+    git(["update-ref", "refs/patchtool/new", new_commit_sa], scratch)
+    old = Base(
+        standin_label(up, up.standin.version),
+        old_commit,
+        False,
+        up.commit,
+        up.tag,
+        up.standin.version,
+    )
+    new = Base(standin_label(up, version), new_commit_sa, False, new_commit, ref, version)
+    return old, new, [], why or "stand-ins requested"

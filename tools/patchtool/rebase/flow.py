@@ -1,0 +1,134 @@
+"""The flow of `rebase` (and the tail `pin` shares): scratch, bases, replay, report, write.
+
+`run_rebase` is the whole rebase as a function; `finish` is what every replayed series ends
+with: the Markdown report, and, unless held back (a conflict or a dry run), the new series and
+pin written into the superproject. A conflict leaves the scratch tree with its markers and
+changes nothing else (the command exits ExitCode.CONFLICT).
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from ..core.manifest import Upstream, load_manifest, short
+from ..core.series import SERIES_FILE, read_series
+from ..source.standin import Downloader, pip_download
+from .bases import AUTO, history_repos, resolve_bases
+from .engine import (
+    RebaseResult,
+    TripwireHook,
+    create_scratch,
+    rebase_series,
+    remove_scratch,
+    resume_series,
+)
+from .report import markdown
+from .write import write_rebase
+
+REPORT_DIR = Path("docs") / "rebases"
+
+
+def report_name(up: Upstream, result: RebaseResult) -> str:
+    old = result.old.tag or short(result.old.upstream_commit) or "old"
+    new = result.new.tag or short(result.new.upstream_commit) or "new"
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", f"{up.name}-{old}-to-{new}") + ".md"
+
+
+def read_patches(root: Path, up: Upstream) -> list[tuple[str, bytes]]:
+    series_dir = root / up.series_dir
+    return [
+        (entry.name, (series_dir / entry.name).read_bytes())
+        for entry in read_series(series_dir / SERIES_FILE)
+    ]
+
+
+def run_rebase(
+    root: Path,
+    name: str,
+    ref: str,
+    *,
+    dry_run: bool = False,
+    mode: str = AUTO,
+    new_commit: str = "",
+    scratch: Path | None = None,
+    keep_scratch: bool = False,
+    report_path: Path | None = None,
+    resume: Path | None = None,
+    tripwire: TripwireHook | None = None,
+    downloader: Downloader = pip_download,
+    command: list[str] | None = None,
+) -> tuple[RebaseResult, Path, list[str]]:
+    """The whole `rebase` command as a function: (result, report path, files written)."""
+    up = load_manifest(root).select([name])[0]
+    source_note = ""
+    if resume is not None:
+        scratch = resume.resolve()
+        result = resume_series(scratch, tripwire=tripwire)
+    else:
+        if scratch is None:
+            scratch = Path(tempfile.mkdtemp(prefix=f"patches-rebase-{up.name}-"))
+        scratch = scratch.resolve()
+        create_scratch(scratch, history_repos(root, up))
+        try:
+            old, new, repos, source_note = resolve_bases(
+                scratch, root, up, ref, mode=mode, new_commit=new_commit, downloader=downloader
+            )
+            result = rebase_series(
+                up.name, read_patches(root, up), old, new, scratch,
+                history_repos=repos, tripwire=tripwire,
+            )  # fmt: skip
+        except BaseException:
+            if not keep_scratch:
+                remove_scratch(scratch)
+            raise
+    cmd = command or ["tools/patches", "rebase", up.name, "--to", ref]
+    path, written = finish(
+        root, up, result, scratch, markdown(result, cmd, source_note),
+        hold=bool(result.conflicts) or dry_run,
+        new_commit=result.new.upstream_commit or new_commit,
+        new_tag=result.new.tag,
+        report_path=report_path,
+        keep_scratch=keep_scratch,
+    )  # fmt: skip
+    return result, path, written
+
+
+def finish(
+    root: Path,
+    up: Upstream,
+    result: RebaseResult,
+    scratch: Path,
+    text: str,
+    *,
+    hold: bool,
+    new_commit: str,
+    new_tag: str,
+    report_path: Path | None = None,
+    keep_scratch: bool = False,
+    after_write: Callable[[], None] | None = None,
+) -> tuple[Path, list[str]]:
+    """Write the report `text`; unless `hold`, write the new series and pin (then `after_write`).
+
+    Held back, the report goes next to the scratch directory (`<scratch>.md`); else to
+    docs/rebases/ and the files written are returned (report last). The scratch directory is
+    removed unless `result` conflicts or `keep_scratch`. Returns (report path, files written).
+    """
+    written: list[str] = []
+    if hold:
+        path = report_path or scratch.parent / f"{scratch.name}.md"
+    else:
+        path = report_path or root / REPORT_DIR / report_name(up, result)
+        written = write_rebase(root, up, result, new_commit=new_commit, new_tag=new_tag).files
+        if after_write is not None:
+            after_write()
+        written.append(
+            path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    if not result.conflicts and not keep_scratch:
+        remove_scratch(scratch)
+    return path, written

@@ -1,0 +1,115 @@
+"""Write a conflict-free rebase back: re-exported patches, retired patches, series, pin.
+
+Kept separate from the engine so `rebase` and `pin --follow` write identically, and so a
+conflict (or --dry-run) provably never reaches this code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..core.git import format_patch, git
+from ..core.manifest import MANIFEST_PATH, Upstream, set_pin, short, version_for_tag
+from ..core.series import RETIRED_DIR, SERIES_FILE
+from ..core.trailers import STATUS_KEY, set_patch_trailer
+from ..errors import PatchToolError
+from .engine import UPSTREAMED, PatchResult, RebaseResult
+
+EVIDENCE_KEY = "Upstream-Evidence"
+
+
+@dataclass
+class Written:
+    files: list[str] = field(default_factory=list)  # paths relative to the root
+    removed: list[str] = field(default_factory=list)
+    gitlink: str = ""
+
+
+def accepted_status(res: PatchResult, result: RebaseResult) -> tuple[str, str]:
+    """(`accepted <commit or tag>`, evidence line) for a retired patch.
+
+    The status names the most specific thing found: the identical upstream commit, the
+    recorded accepted commit, or else the new base itself (tag, or commit id).
+    """
+    new = result.new
+    where = new.tag or short(new.upstream_commit) or new.label
+    token = where
+    for ev in res.evidence:
+        if ev.kind == "patch-id" and ev.commit:
+            token = ev.commit[:12]
+            break
+        if ev.kind == "accepted" and ev.commit:
+            token = ev.commit
+            break
+    kinds = ", ".join(f"{e.kind} ({e.detail})" for e in res.evidence)
+    return f"accepted {token}", f"{kinds}; found by tools/patches rebase onto {where}"
+
+
+def rewrite_series_text(text: str, drop: set[str]) -> str:
+    """The series file without the `drop` names; comments and order kept."""
+    out = []
+    for line in text.splitlines(keepends=True):
+        name = line.split("#", 1)[0].strip()
+        if name and name in drop:
+            continue
+        out.append(line)
+    return "".join(out)
+
+
+def write_rebase(
+    root: Path, up: Upstream, result: RebaseResult, *, new_commit: str, new_tag: str
+) -> Written:
+    """Apply a conflict-free `result` to the superproject (files, index gitlink, manifest)."""
+    if result.conflicts:
+        raise PatchToolError(f"{up.name}: refusing to write a rebase with conflicts")
+    if not new_commit:
+        raise PatchToolError(
+            f"{up.name}: the upstream commit of {result.new.label} is unknown offline; "
+            "pass --commit <full sha> (from the release page) or make the URL reachable"
+        )
+    written = Written()
+    series_dir = root / up.series_dir
+    scratch = Path(result.scratch)
+    rel = lambda p: p.relative_to(root).as_posix()  # noqa: E731
+    for res in result.kept:
+        path = series_dir / res.name
+        data = format_patch(scratch, f"{res.new_commit}^!")
+        if not path.exists() or path.read_bytes() != data:
+            path.write_bytes(data)
+            written.files.append(rel(path))
+    retired = series_dir / RETIRED_DIR
+    for res in result.patches:
+        if res.classification != UPSTREAMED:
+            continue
+        source = series_dir / res.name
+        status, evidence = accepted_status(res, result)
+        data = set_patch_trailer(source.read_bytes(), STATUS_KEY, status, source)
+        data = set_patch_trailer(data, EVIDENCE_KEY, evidence, source)
+        retired.mkdir(exist_ok=True)
+        target = retired / res.name
+        target.write_bytes(data)
+        source.unlink()
+        written.files.append(rel(target))
+        written.removed.append(rel(source))
+    series = series_dir / SERIES_FILE
+    text = series.read_text(encoding="utf-8")
+    new_text = rewrite_series_text(text, {r.name for r in result.upstreamed})
+    if new_text != text:
+        series.write_text(new_text, encoding="utf-8")
+        written.files.append(rel(series))
+    move_pin(root, up, new_commit, new_tag)
+    written.gitlink = new_commit
+    written.files.append(MANIFEST_PATH.as_posix())
+    return written
+
+
+def move_pin(root: Path, up: Upstream, commit: str, tag: str) -> None:
+    """Gitlink in the index and manifest tag/commit/stand-in version; .gitmodules untouched."""
+    version = version_for_tag(up.standin, tag) if up.standin and tag else None
+    git(["update-index", "--cacheinfo", f"160000,{commit},{up.path}"], root)
+    path = root / MANIFEST_PATH
+    text = path.read_text(encoding="utf-8")
+    path.write_text(
+        set_pin(text, up.name, tag=tag, commit=commit, version=version), encoding="utf-8"
+    )
