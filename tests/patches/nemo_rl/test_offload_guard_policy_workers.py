@@ -20,6 +20,7 @@ unrelated error (or, on a GPU, the opaque CUDA illegal memory access of issue #1
 from __future__ import annotations
 
 import ast
+import asyncio
 import importlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -45,6 +46,26 @@ WORKER_MODULES = {
     ),
 }
 
+# The value workers subclass AbstractPolicyWorker too (and so inherit its guarded
+# get_reference_policy_logprobs); their __init__ must set the flag as well, or that
+# guard raises AttributeError instead of its message.
+VALUE_WORKER_MODULES = {
+    "dtensor_value_v2": (
+        "nemo_rl.models.value.workers.dtensor_value_worker_v2",
+        "DTensorValueWorkerV2Impl",
+    ),
+    "megatron_value": (
+        "nemo_rl.models.value.workers.megatron_value_worker",
+        "MegatronValueWorkerImpl",
+    ),
+}
+
+
+def _first_yield(agen: Any) -> Any:
+    """Run an async generator up to its first item (where its body, and the guard, run)."""
+    return asyncio.run(agen.__anext__())
+
+
 TRAIN = "prepare_for_training"
 LP = "prepare_for_lp_inference"
 GEN = "prepare_for_generation"
@@ -62,6 +83,8 @@ ENTRIES: dict[str, tuple[Callable[[Any], Any], str]] = {
     "train_microbatch": (lambda w: w.train_microbatch(None), TRAIN),
     "finish_train_step": (lambda w: w.finish_train_step(), TRAIN),
     "generate": (lambda w: w.generate(data=None), GEN),
+    # The streaming path MegatronGeneration.generate_async drives on each worker.
+    "generate_async": (lambda w: _first_yield(w.generate_async(None)), GEN),
 }
 
 GUARDED: dict[str, list[str]] = {
@@ -89,6 +112,7 @@ GUARDED: dict[str, list[str]] = {
         "train_microbatch",
         "finish_train_step",
         "generate",
+        "generate_async",
     ],
 }
 
@@ -106,10 +130,10 @@ def _identity_model(model: Any, *args: Any, **kwargs: Any) -> Any:
 
 @pytest.fixture(scope="module")
 def worker_modules(nemo_rl_on_path: Path) -> dict[str, ModuleType]:
-    """The three real worker modules, imported once with heavy deps stubbed."""
+    """The real policy and value worker modules, imported once with heavy deps stubbed."""
     modules = {}
     with stubbed_imports():
-        for kind, (module_name, _cls) in WORKER_MODULES.items():
+        for kind, (module_name, _cls) in {**WORKER_MODULES, **VALUE_WORKER_MODULES}.items():
             modules[kind] = importlib.import_module(module_name)
     return modules
 
@@ -238,14 +262,17 @@ def test_prepare_step_clears_guard(
     worker._assert_weights_on_device(entry)  # must not raise
 
 
-def _method_defs(path: Path, class_names: set[str]) -> dict[tuple[str, str], ast.FunctionDef]:
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+def _method_defs(path: Path, class_names: set[str]) -> dict[tuple[str, str], FunctionNode]:
     tree = ast.parse(path.read_text())
     return {
         (node.name, fn.name): fn
         for node in ast.walk(tree)
         if isinstance(node, ast.ClassDef) and node.name in class_names
         for fn in node.body
-        if isinstance(fn, ast.FunctionDef)
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
     }
 
 
@@ -259,7 +286,7 @@ def _is_guard_call(stmt: ast.stmt, entry: str) -> bool:
     )
 
 
-def _first_statement(fn: ast.FunctionDef) -> ast.stmt:
+def _first_statement(fn: FunctionNode) -> ast.stmt:
     body = fn.body
     docstring = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
     return body[1] if docstring else body[0]
@@ -274,11 +301,9 @@ def test_guard_is_first_statement(
     path = Path(importlib.import_module(owner.__module__).__file__ or "")
     fn = _method_defs(path, {owner.__name__})[(owner.__name__, entry)]
     first = _first_statement(fn)
-    if entry == "generate":
+    if entry in ("generate", "generate_async"):
         # Guarded only when generation runs on the training model.
-        assert isinstance(first, ast.If), (
-            f"{owner.__name__}.generate: first statement not the guard"
-        )
+        assert isinstance(first, ast.If), f"{owner.__name__}.{entry}: first statement not the guard"
         first = first.body[0]
     assert _is_guard_call(first, entry), (
         f"{path.name}:{first.lineno}: {owner.__name__}.{entry} does not start with "
@@ -286,9 +311,9 @@ def test_guard_is_first_statement(
     )
 
 
-@pytest.mark.parametrize("kind", list(WORKER_MODULES))
+@pytest.mark.parametrize("kind", [*WORKER_MODULES, *VALUE_WORKER_MODULES])
 def test_flag_initialised_in_init(kind: str, worker_modules: dict[str, ModuleType]) -> None:
-    cls_name = WORKER_MODULES[kind][1]
+    cls_name = {**WORKER_MODULES, **VALUE_WORKER_MODULES}[kind][1]
     path = Path(worker_modules[kind].__file__ or "")
     init = _method_defs(path, {cls_name})[(cls_name, "__init__")]
     assigned = [
