@@ -9,6 +9,10 @@ import pytest
 import torch
 from mcore_grpo.worker import cpu
 
+pytestmark = pytest.mark.cpu_only(
+    reason="tests the CPU redirects of mcore_grpo.worker.cpu, which refuse to run where CUDA is"
+)
+
 
 def test_noop_for_cuda_device() -> None:
     original = torch.cuda.current_device
