@@ -28,9 +28,11 @@ VOCAB = 64
 HOOK_QUALNAME = "DistributedDataParallel._make_forward_pre_hook.<locals>.hook"
 STAND_IN = (
     "uses a parameterless stand-in for CudaGraphManager, which exists because a real one needs "
-    "CUDA; on a GPU the real managers are tested (test_real_toggle_cuda_graphs_gpu) and a "
-    "stand-in run was seen to segfault there"
+    "CUDA; on a GPU the real managers are tested (test_real_toggle_cuda_graphs_gpu)"
 )
+# A stand-in run segfaulted on a GPU in the forced param sync (`spy`). The likely cause: the
+# integration tests' `world1` group, reused by `mcore_parallel`, was gloo even on CUDA, so
+# megatron-core's all-gather of CUDA buffers went through gloo. `world1` now uses NCCL there.
 
 
 class StandInCudaGraphManager(torch.nn.Module):
