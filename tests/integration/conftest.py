@@ -1,4 +1,6 @@
-"""Shared fixtures: one gloo process group (world size 1) for in-process worker tests."""
+"""Shared fixtures: the test device and one process group (world size 1) for in-process
+worker tests: `cuda` (NCCL) where CUDA is available, else `cpu` (gloo, with the worker's CPU
+redirects)."""
 
 from __future__ import annotations
 
@@ -8,18 +10,27 @@ from collections.abc import Iterator
 import pytest
 import torch.distributed as dist
 
+from tests.support.device import TEST_DEVICE
 from tests.support.ports import free_port
 
 
 @pytest.fixture(scope="session")
+def device() -> str:
+    """`cuda` when available, else `cpu` (the worker's CPU redirects make megatron-core run)."""
+    return TEST_DEVICE
+
+
+@pytest.fixture(scope="session")
 def world1() -> Iterator[None]:
-    """torch.distributed (gloo) with this process as the only rank."""
+    """torch.distributed with this process as the only rank (NCCL on CUDA, gloo on CPU)."""
     created = not dist.is_initialized()
     if created:
         os.environ.update(
             MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1"
         )
-        dist.init_process_group("gloo", rank=0, world_size=1)
+        from mcore_grpo.worker.parallel import backend_for
+
+        dist.init_process_group(backend_for(TEST_DEVICE), rank=0, world_size=1)
     yield
     if created and dist.is_initialized():
         # Tear the groups down before the interpreter exits: gloo threads still running at

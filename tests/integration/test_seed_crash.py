@@ -18,6 +18,7 @@ from tests.integration.worker.harness import (
     prompts,
     tiny_config,
 )
+from tests.support.device import TEST_DEVICE
 
 
 def test_generation_cudagraphs_then_reference_logprobs_then_train(world1: None) -> None:
@@ -57,7 +58,7 @@ def test_generation_cudagraphs_then_reference_logprobs_then_train(world1: None) 
     fresh.prepare_for_training()
     fresh.train(batch)
     fresh.train(batch)
-    with cpu_device("cpu"):
+    with cpu_device(TEST_DEVICE):
         sync_params(worker.policy)
         sync_params(fresh.policy)
     fresh_params = dict(fresh.policy.gpt.named_parameters())

@@ -160,7 +160,7 @@ def clipped_pg_loss(
                 "(batch['reference_policy_logprobs'])"
             )
         loss = actor_loss
-        kl = kl_penalty = torch.zeros((), dtype=actor_loss.dtype)
+        kl = kl_penalty = torch.zeros((), dtype=actor_loss.dtype, device=actor_loss.device)
     else:
         kl_tokens = calculate_kl(
             logprobs,

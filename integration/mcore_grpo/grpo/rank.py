@@ -25,6 +25,7 @@ from mcore_grpo.grpo.messages import GenerateResult, GroupSpec, TaskTokens, Trai
 from mcore_grpo.grpo.schema import RunConfig
 from mcore_grpo.grpo.train_batch import logprob_sums, shard_batch
 from mcore_grpo.grpo.worker_settings import sampling_params, worker_config
+from mcore_grpo.worker.parallel import backend_for
 
 # How long a collective may wait for a peer before gloo gives up (the driver normally
 # notices a dead worker first and kills the rest).
@@ -69,7 +70,7 @@ class PolicyRank:
                 MASTER_PORT=str(master_port),
             )
             dist.init_process_group(
-                backend="gloo" if config.policy.device == "cpu" else "nccl",
+                backend=backend_for(config.policy.device),
                 rank=rank,
                 world_size=world_size,
                 timeout=COLLECTIVE_TIMEOUT,
@@ -97,9 +98,11 @@ class PolicyRank:
         self.worker.prepare_for_generation()
         responses: list[list[int]] = []
         gen_logprobs: list[list[float]] = []
+        device = self.worker.device
         for group in groups:
-            prompt = torch.tensor([group.prompt_ids] * n, dtype=torch.long)
-            generator = torch.Generator().manual_seed(
+            prompt = torch.tensor([group.prompt_ids] * n, dtype=torch.long, device=device)
+            # On the worker's device: CUDA sampling cannot draw from a CPU generator.
+            generator = torch.Generator(device=device).manual_seed(
                 group_seed(self.config.grpo.seed, step, group.index)
             )
             out = self.worker.generate(prompt, torch.ones_like(prompt), self.sampling, generator)
@@ -129,7 +132,7 @@ class PolicyRank:
         for the driver to reduce, and the time split.
         """
         self._maybe_fail(step, "train")
-        batches = [shard_batch(s, seq_len, self.tokens.pad_id) for s in shards]
+        batches = [shard_batch(s, seq_len, self.tokens.pad_id, self.worker.device) for s in shards]
         start = time.perf_counter()
         self.worker.prepare_for_lp_inference()
         kl_sum = 0.0

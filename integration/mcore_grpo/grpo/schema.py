@@ -93,12 +93,23 @@ class MegatronSection:
 
 @dataclass
 class TinyModelSection:
-    """``policy.tiny_model.*``: the GPT built from scratch when ``model_name: tiny-gpt``."""
+    """``policy.tiny_model.*``: the GPT built from scratch (random init) when ``model_name`` is
+    ``tiny-gpt``; the architecture keys let it take a real model's shape (gpu-smoke)."""
 
     num_layers: int = 2
     hidden_size: int = 64
     num_attention_heads: int = 4
     ffn_hidden_size: int = 128
+    num_query_groups: int | None = None  # GQA; None = num_attention_heads
+    position_embedding_type: str = "learned_absolute"  # or "rope"
+    rotary_base: int = 10000
+    normalization: str = "LayerNorm"  # or "RMSNorm"
+    swiglu: bool = False
+    add_bias_linear: bool = True
+    add_qkv_bias: bool = False
+    tie_embeddings: bool = False
+    # Embedding/output rows; None = the task's vocab padded to a multiple of 128 x TP.
+    padded_vocab_size: int | None = None
 
 
 @dataclass

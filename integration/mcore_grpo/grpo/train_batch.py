@@ -52,12 +52,16 @@ def aligned_logprobs(
     return out
 
 
-def shard_batch(shard: TrainShard, seq_len: int, pad_id: int) -> dict[str, torch.Tensor]:
-    """The training batch of one shard, with its advantages and the sampler's logprobs."""
-    return build_batch(shard.prompts, shard.responses, seq_len, pad_id) | {
+def shard_batch(
+    shard: TrainShard, seq_len: int, pad_id: int, device: torch.device | str = "cpu"
+) -> dict[str, torch.Tensor]:
+    """The training batch of one shard, with its advantages and the sampler's logprobs, on
+    `device` (the worker's: one host-to-device copy per tensor, here, not per forward)."""
+    batch = build_batch(shard.prompts, shard.responses, seq_len, pad_id) | {
         "advantages": torch.tensor(shard.advantages, dtype=torch.float32),
         "generation_logprobs": aligned_logprobs(shard.prompts, shard.generation_logprobs, seq_len),
     }
+    return {k: v.to(device) for k, v in batch.items()}
 
 
 @dataclass(frozen=True)

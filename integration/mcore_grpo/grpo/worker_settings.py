@@ -48,10 +48,17 @@ def worker_config(config: RunConfig, tokens: TaskTokens) -> WorkerConfig:
             ffn_hidden_size=tiny.ffn_hidden_size,
             vocab_size=tokens.vocab_size,
             max_sequence_length=p.max_total_sequence_length,
-            padded_vocab_size_override=padded_vocab_size(
-                tokens.vocab_size, mc.tensor_model_parallel_size
-            ),
+            padded_vocab_size_override=tiny.padded_vocab_size
+            or padded_vocab_size(tokens.vocab_size, mc.tensor_model_parallel_size),
             hf_checkpoint=hf,
+            num_query_groups=tiny.num_query_groups,
+            position_embedding_type=tiny.position_embedding_type,  # type: ignore[arg-type]
+            rotary_base=tiny.rotary_base,
+            normalization=tiny.normalization,  # type: ignore[arg-type]
+            swiglu=tiny.swiglu,
+            add_bias_linear=tiny.add_bias_linear,
+            add_qkv_bias=tiny.add_qkv_bias,
+            tie_embeddings=tiny.tie_embeddings,
         ),
         parallel=ParallelConfig(
             tensor_model_parallel_size=mc.tensor_model_parallel_size,

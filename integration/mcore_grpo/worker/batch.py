@@ -48,3 +48,11 @@ def split_microbatches(batch: Batch, size: int) -> list[dict[str, torch.Tensor]]
     """Consecutive row slices of every tensor in `batch`."""
     rows = next(iter(batch.values())).shape[0]
     return [{k: v[i : i + size] for k, v in batch.items()} for i in range(0, rows, size)]
+
+
+def batch_to(batch: Batch, device: torch.device) -> dict[str, torch.Tensor]:
+    """`batch` with every tensor on `device` (no copy for those already there).
+
+    The worker's entry points call it, so a caller holding host tensors still runs on a GPU
+    worker; the GRPO loop builds its batches on the worker's device and pays nothing."""
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+import torch
+
 LossLevel = Literal["token", "sequence"]
 
 
@@ -22,6 +24,16 @@ class ModelConfig:
     # never valid tokens and are masked out of sampling).
     padded_vocab_size_override: int | None = None
     hf_checkpoint: str | None = None
+    # Architecture knobs of megatron-core's local/TE spec, so a random-init model can take a
+    # real architecture's shape (e.g. Qwen2.5: rope, GQA, RMSNorm, SwiGLU, qkv bias only).
+    num_query_groups: int | None = None  # None: = num_attention_heads (no GQA)
+    position_embedding_type: Literal["learned_absolute", "rope"] = "learned_absolute"
+    rotary_base: int = 10000
+    normalization: Literal["LayerNorm", "RMSNorm"] = "LayerNorm"
+    swiglu: bool = False
+    add_bias_linear: bool = True
+    add_qkv_bias: bool = False
+    tie_embeddings: bool = False  # output layer shares the input embedding's weights
 
     @property
     def padded_vocab_size(self) -> int:
@@ -89,7 +101,9 @@ class WorkerConfig:
     # (NeMo-RL's `apply_temperature_scaling`), so the ratio and KL compare the distribution the
     # tokens were sampled from, not the T=1 one.
     temperature: float = 1.0
-    # Parameter and compute dtype; bfloat16 is for GPU (megatron-core's mixed precision).
+    # Parameter and compute dtype. bfloat16 = megatron-core's mixed precision: the model in
+    # its `Float16Module` (bf16 weights, fp32 logits), fp32 main params in its optimizer.
+    # Meant for GPUs; it runs on CPU too (the tests check the path there).
     precision: Literal["float32", "bfloat16"] = "float32"
 
     def validate(self) -> WorkerConfig:
@@ -110,11 +124,7 @@ class WorkerConfig:
             raise ValueError(
                 f"WorkerConfig.precision must be 'float32' or 'bfloat16', got {self.precision!r}"
             )
-        if self.precision == "bfloat16" and self.device == "cpu":
-            raise NotImplementedError(
-                "WorkerConfig.precision='bfloat16' is for device='cuda' (megatron-core's "
-                "mixed-precision optimizer); use 'float32' on CPU."
-            )
+        self._validate_model()
         if self.ddp.overlap_param_gather and not self.ddp.use_distributed_optimizer:
             raise ValueError(
                 "WorkerConfig.ddp.overlap_param_gather needs use_distributed_optimizer=True "
@@ -130,6 +140,44 @@ class WorkerConfig:
                 f"WorkerConfig.micro_batch_size must be >= 1, got {self.micro_batch_size}"
             )
         return self
+
+    def _validate_model(self) -> None:
+        """Refuse architecture settings megatron-core would reject deep inside a build."""
+        m = self.model
+        if m.padded_vocab_size < m.vocab_size:
+            raise ValueError(
+                f"WorkerConfig.model.padded_vocab_size_override={m.padded_vocab_size} is below "
+                f"vocab_size={m.vocab_size}: every token id needs an embedding row."
+            )
+        groups = m.num_query_groups or m.num_attention_heads
+        if m.num_attention_heads % groups:
+            raise ValueError(
+                f"WorkerConfig.model.num_query_groups={groups} must divide "
+                f"num_attention_heads={m.num_attention_heads} (GQA shares each K/V head "
+                "among a whole number of query heads)."
+            )
+        if m.hidden_size % m.num_attention_heads:
+            raise ValueError(
+                f"WorkerConfig.model.hidden_size={m.hidden_size} must be a multiple of "
+                f"num_attention_heads={m.num_attention_heads}."
+            )
+        if m.position_embedding_type not in ("learned_absolute", "rope"):
+            raise ValueError(
+                "WorkerConfig.model.position_embedding_type must be 'learned_absolute' or "
+                f"'rope', got {m.position_embedding_type!r}"
+            )
+        if m.normalization not in ("LayerNorm", "RMSNorm"):
+            raise ValueError(
+                "WorkerConfig.model.normalization must be 'LayerNorm' or 'RMSNorm', got "
+                f"{m.normalization!r}"
+            )
+
+    @property
+    def torch_device(self) -> torch.device:
+        """The device this rank's tensors live on: the CPU, or the rank's current GPU."""
+        if self.device == "cuda":
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
 
     def _validate_parallel(self) -> None:
         """Refuse parallel settings this worker would otherwise drop or run wrong."""

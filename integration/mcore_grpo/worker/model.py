@@ -1,14 +1,24 @@
-"""Build the policy: megatron-core GPTModel -> DistributedDataParallel -> megatron optimizer."""
+"""Build the policy: megatron-core GPTModel [-> Float16Module] -> DDP -> megatron optimizer.
+
+One path on every device: bf16 is megatron-core's own mixed precision (`Float16Module` casts
+inputs to bf16 and the logits back to fp32; `get_megatron_optimizer(bf16=True)` keeps fp32
+main params), the Transformer Engine layer spec where TE is installed and the local spec
+otherwise (logged). On a CUDA-less machine `mcore_grpo.worker.cpu` redirects megatron-core's
+CUDA calls; nothing here branches on the device beyond where the weights are initialised.
+"""
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from mcore_grpo.worker.config import WorkerConfig
+
+log = logging.getLogger(__name__)
 
 
 def mcore_version() -> tuple[int, int]:
@@ -20,27 +30,47 @@ def mcore_version() -> tuple[int, int]:
 
 @dataclass
 class PolicyModel:
-    """The three objects every piece works on. `ddp.module` is the bare GPTModel."""
+    """The three objects every piece works on. `ddp.module` is the GPTModel, or in bf16 the
+    `Float16Module` around it."""
 
     transformer_config: Any
     ddp: Any
     optimizer: Any
+    layer_spec: str = "local"
 
     @property
     def gpt(self) -> torch.nn.Module:
-        """The unwrapped GPTModel (state_dict keys without the DDP `module.` prefix)."""
-        return self.ddp.module
+        """The unwrapped GPTModel (state_dict keys without the DDP/Float16Module prefixes)."""
+        return unwrap_float16(self.ddp.module)
+
+
+def unwrap_float16(module: torch.nn.Module) -> torch.nn.Module:
+    """`module` without megatron-core's `Float16Module` wrapper (if it has one)."""
+    from megatron.core.transformer.module import Float16Module
+
+    inner = module.module if isinstance(module, Float16Module) else module
+    if not isinstance(inner, torch.nn.Module):
+        raise TypeError(f"Float16Module wraps {type(inner).__name__}, not an nn.Module")
+    return inner
 
 
 def _transformer_config(config: WorkerConfig) -> Any:
     from megatron.core.transformer import TransformerConfig
 
     m = config.model
+    swiglu: dict[str, Any] = (
+        {"gated_linear_unit": True, "activation_func": torch.nn.functional.silu} if m.swiglu else {}
+    )
     return TransformerConfig(
         num_layers=m.num_layers,
         hidden_size=m.hidden_size,
         num_attention_heads=m.num_attention_heads,
+        num_query_groups=m.num_query_groups,
         ffn_hidden_size=m.ffn_hidden_size,
+        normalization=m.normalization,
+        add_bias_linear=m.add_bias_linear,
+        add_qkv_bias=m.add_qkv_bias,
+        **swiglu,
         tensor_model_parallel_size=config.parallel.tensor_model_parallel_size,
         pipeline_model_parallel_size=config.parallel.pipeline_model_parallel_size,
         sequence_parallel=config.parallel.sequence_parallel,
@@ -66,35 +96,64 @@ def _dtype(config: WorkerConfig) -> torch.dtype:
     return torch.bfloat16 if config.precision == "bfloat16" else torch.float32
 
 
+def layer_spec_name(config: WorkerConfig) -> str:
+    """ "te" where Transformer Engine is installed and the device is CUDA, else "local".
+
+    TE's modules are CUDA kernels, so a CPU run uses the local spec even with TE present."""
+    # An optional GPU dependency: look for it without importing it.
+    has_te = importlib.util.find_spec("transformer_engine") is not None
+    return "te" if config.device == "cuda" and has_te else "local"
+
+
 def _layer_spec(config: WorkerConfig) -> Any:
     from megatron.core.models.gpt.gpt_layer_specs import (
         get_gpt_layer_local_spec,
         get_gpt_layer_with_transformer_engine_spec,
     )
 
-    # Transformer Engine is an optional GPU dependency: look for it without importing it.
-    if config.device == "cpu" or importlib.util.find_spec("transformer_engine") is None:
-        return get_gpt_layer_local_spec()
-    return get_gpt_layer_with_transformer_engine_spec()
+    if layer_spec_name(config) == "te":
+        return get_gpt_layer_with_transformer_engine_spec()
+    return get_gpt_layer_local_spec(normalization=config.model.normalization)
 
 
 def build_gpt(config: WorkerConfig) -> tuple[Any, torch.nn.Module]:
-    """GPTModel from the config (tiny local spec on CPU, TE spec on GPU, HF via Bridge)."""
+    """GPTModel from the config (layer spec per `layer_spec_name`; HF via Bridge), on the
+    worker's device, in `config.precision`'s parameter dtype (not yet wrapped)."""
     if config.model.hf_checkpoint is not None:
         return _build_from_hf(config)
     from megatron.core.models.gpt import GPTModel
 
     tcfg = _transformer_config(config)
+    m = config.model
+    log.info(
+        "mcore_grpo.worker: GPTModel with the %s layer spec on %s, %s",
+        layer_spec_name(config),
+        config.device,
+        config.precision,
+    )
     gpt = GPTModel(
         config=tcfg,
         transformer_layer_spec=_layer_spec(config),
-        vocab_size=config.model.padded_vocab_size,
-        max_sequence_length=config.model.max_sequence_length,
-        position_embedding_type="learned_absolute",
+        vocab_size=m.padded_vocab_size,
+        max_sequence_length=m.max_sequence_length,
+        position_embedding_type=m.position_embedding_type,
+        rotary_base=m.rotary_base,
+        share_embeddings_and_output_weights=m.tie_embeddings,
     )
-    if config.device == "cuda":
-        gpt = gpt.cuda()
-    return tcfg, gpt
+    # use_cpu_initialization=False already allocated on torch.cuda.current_device(); this
+    # is a no-op there and the one explicit placement.
+    return tcfg, gpt.to(config.torch_device)
+
+
+def wrap_precision(config: WorkerConfig, tcfg: Any, gpt: torch.nn.Module) -> torch.nn.Module:
+    """megatron-core's `Float16Module` around `gpt` for bf16 (casts inputs in, logits out to
+    fp32), as megatron-core's own training loop wraps it; `gpt` itself for float32."""
+    from megatron.core.transformer.module import Float16Module
+
+    # Megatron-Bridge's provide_distributed_model already wraps a bf16 model.
+    if config.precision != "bfloat16" or isinstance(gpt, Float16Module):
+        return gpt
+    return Float16Module(tcfg, gpt)
 
 
 def _build_from_hf(config: WorkerConfig) -> tuple[Any, torch.nn.Module]:
@@ -139,6 +198,7 @@ def build_policy(config: WorkerConfig) -> PolicyModel:
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
     tcfg, gpt = build_gpt(config)
+    model = wrap_precision(config, tcfg, gpt)
     d = config.ddp
     ddp_kwargs: dict[str, Any] = {
         "use_distributed_optimizer": d.use_distributed_optimizer,
@@ -148,7 +208,7 @@ def build_policy(config: WorkerConfig) -> PolicyModel:
     }
     if d.bucket_size is not None:
         ddp_kwargs["bucket_size"] = d.bucket_size
-    ddp = DistributedDataParallel(tcfg, DistributedDataParallelConfig(**ddp_kwargs), gpt)
+    ddp = DistributedDataParallel(tcfg, DistributedDataParallelConfig(**ddp_kwargs), model)
     o = config.optimizer
     optimizer = get_megatron_optimizer(
         OptimizerConfig(
@@ -172,7 +232,8 @@ def build_policy(config: WorkerConfig) -> PolicyModel:
     tcfg.grad_sync_func = ddp.start_grad_sync if d.overlap_grad_reduce else None
     tcfg.param_sync_func = ddp.start_param_sync if d.overlap_param_gather else None
     tcfg.finalize_model_grads_func = finalize_model_grads
-    return PolicyModel(transformer_config=tcfg, ddp=ddp, optimizer=optimizer)
+    spec = "hf-bridge" if config.model.hf_checkpoint is not None else layer_spec_name(config)
+    return PolicyModel(transformer_config=tcfg, ddp=ddp, optimizer=optimizer, layer_spec=spec)
 
 
 def sync_params(policy: PolicyModel) -> None:

@@ -32,8 +32,10 @@ class ParallelLayout:
 def init_distributed(config: WorkerConfig) -> None:
     """Start torch.distributed (gloo on CPU, nccl on GPU) from the usual env variables.
 
-    No-op when the caller (torchrun, Ray, a test harness) has already initialised it.
+    No-op when the caller (torchrun, Ray, a test harness) has already initialised it; the
+    rank's GPU is selected either way (`select_device`).
     """
+    select_device(config)
     if dist.is_initialized():
         return
     missing = [
@@ -44,10 +46,26 @@ def init_distributed(config: WorkerConfig) -> None:
             f"torch.distributed is not initialised and {missing} are unset; run under "
             "torchrun or call torch.distributed.init_process_group before building the worker."
         )
-    backend = "gloo" if config.device == "cpu" else "nccl"
-    if config.device == "cuda":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group(backend=backend)
+    dist.init_process_group(backend=backend_for(config.device))
+
+
+def backend_for(device: str) -> str:
+    """The collective backend of a device: gloo for CPU tensors, NCCL for CUDA ones."""
+    return "gloo" if device == "cpu" else "nccl"
+
+
+def select_device(config: WorkerConfig) -> None:
+    """On CUDA, make this rank's GPU current: ``LOCAL_RANK`` (torchrun); without it the current
+    GPU stays (0 for one process per GPU, as Ray's ``num_gpus=1`` actors see it)."""
+    if config.device != "cuda":
+        return
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            "WorkerConfig.device='cuda' but torch sees no CUDA device; use device='cpu' or "
+            "run on a GPU machine."
+        )
+    if "LOCAL_RANK" in os.environ:
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
 
 
 def init_model_parallel(config: WorkerConfig) -> ParallelLayout:

@@ -13,7 +13,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import torch
 import torch.distributed as dist
 
-from mcore_grpo.worker.batch import Batch, LossSumFn
+from mcore_grpo.worker.batch import Batch, LossSumFn, batch_to
 from mcore_grpo.worker.config import WorkerConfig
 from mcore_grpo.worker.cpu import cpu_device, model_parallel_seed
 from mcore_grpo.worker.engine_lifecycle import (
@@ -121,7 +121,7 @@ class MegatronPolicyWorker:
     @_entry(T)
     def train(self, batch: Batch) -> dict[str, float]:
         """One optimizer step over this rank's slice of the global batch."""
-        return self.train_step.train(batch)
+        return self.train_step.train(batch_to(batch, self.device))
 
     @_entry(T)
     def begin_train_step(self) -> None:
@@ -131,7 +131,7 @@ class MegatronPolicyWorker:
     @_entry(T)
     def train_microbatch(self, batch: Batch) -> None:
         """Accumulate one chunk's gradient sums (no reduction)."""
-        self.train_step.train_microbatch(batch)
+        self.train_step.train_microbatch(batch_to(batch, self.device))
 
     @_entry(T)
     def finish_train_step(self) -> dict[str, float]:
@@ -144,8 +144,15 @@ class MegatronPolicyWorker:
         self.train_step.abort()
 
     # ---- inference ------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        """Where this rank's model, batches and outputs live (`WorkerConfig.torch_device`)."""
+        return self.config.torch_device
+
     @torch.no_grad()
     def _logprobs(self, batch: Batch) -> torch.Tensor:
+        """fp32 logprobs (the bf16 model's logits come out of `Float16Module` in fp32)."""
+        batch = batch_to(batch, self.device)
         ddp = self.policy.ddp
         ddp.eval()
         try:
@@ -191,13 +198,18 @@ class MegatronPolicyWorker:
                 f"{self.config.temperature}: the logprob and training forwards score at the "
                 "config's temperature; set both to the same value"
             )
+        if generator is not None and generator.device.type != self.device.type:
+            raise ValueError(
+                f"generate: the sampling generator is on {generator.device} but the worker "
+                f"runs on {self.device}; create it with torch.Generator(device=worker.device)"
+            )
         if self.engine_lifecycle is not None:
             self.engine_lifecycle.require_serving("generate")
         self.policy.ddp.eval()
         return generate(
             self.policy.ddp,
-            prompt_ids,
-            prompt_mask,
+            prompt_ids.to(self.device),
+            prompt_mask.to(self.device),
             params,
             self.config.model.vocab_size,
             generator,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -37,8 +37,9 @@ class _OpenStep:
     saved_grad_sync_func: Any
     saved_no_sync_func: Any
     saved_finalize_model_grads_func: Any
-    local_valid: torch.Tensor = field(default_factory=lambda: torch.zeros((), dtype=torch.float64))
-    local_loss_sum: float = 0.0
+    # On the worker's device: the finish all-reduce must be on a device tensor (NCCL).
+    local_valid: torch.Tensor
+    local_loss_sum: torch.Tensor
     num_microbatches: int = 0
     failed: str | None = None
 
@@ -92,6 +93,8 @@ class SplitTrainStep:
             saved_grad_sync_func=cfg.grad_sync_func,
             saved_no_sync_func=cfg.no_sync_func,
             saved_finalize_model_grads_func=cfg.finalize_model_grads_func,
+            local_valid=torch.zeros((), dtype=torch.float64, device=self._config.torch_device),
+            local_loss_sum=torch.zeros((), dtype=torch.float64, device=self._config.torch_device),
         )
         cfg.grad_sync_func = None
         cfg.no_sync_func = contextlib.nullcontext
@@ -156,8 +159,15 @@ class SplitTrainStep:
                 micro_batch_size=mbs,
                 forward_only=False,
             )
-        state.local_valid = state.local_valid + valid_count(batch, self._config.loss.level)
-        state.local_loss_sum += float(sum(loss.item() for loss in losses))
+        # Accumulated on the device: no host sync per microbatch.
+        device = self._config.torch_device
+        state.local_valid = state.local_valid + valid_count(batch, self._config.loss.level).to(
+            device
+        )
+        if losses:
+            state.local_loss_sum = state.local_loss_sum + torch.stack(losses).sum().to(
+                device, torch.float64
+            )
         state.num_microbatches += len(chunks)
 
     def finish(self) -> dict[str, float]:
@@ -178,7 +188,8 @@ class SplitTrainStep:
 
         ddp = self._policy.ddp
         dp_group = parallel_state.get_data_parallel_group()
-        totals = torch.tensor([float(state.local_valid), state.local_loss_sum], dtype=torch.float64)
+        # A device tensor: NCCL has no CPU backend (gloo takes the CPU one).
+        totals = torch.stack([state.local_valid, state.local_loss_sum])
         dist.all_reduce(totals, group=dp_group)
         global_valid, global_loss_sum = float(totals[0]), float(totals[1])
         inv_n = 1.0 / global_valid if global_valid > 0 else 1.0

@@ -15,6 +15,8 @@ from mcore_grpo.grpo.metrics import REQUIRED_KEYS
 from mcore_grpo.grpo.runner import LocalRunner, WorkerFailed
 from mcore_grpo.grpo.task import build_task
 
+CPU_PRESET = "runs the cpu-tiny preset (policy.device=cpu), which CUDA machines refuse"
+
 
 def _run(
     out: Path, overrides: list[str], *, resume: bool = False, fail_at_step: int | None = None
@@ -41,6 +43,7 @@ class _NoRunner:
         """Nothing to stop."""
 
 
+@pytest.mark.cpu_only(reason=CPU_PRESET)
 def test_cpu_preset_short_end_to_end_and_resume(tmp_path: Path, short: list[str]) -> None:
     out = tmp_path / "run"
     result = _run(out, short)
@@ -66,6 +69,7 @@ def test_cpu_preset_short_end_to_end_and_resume(tmp_path: Path, short: list[str]
     assert find_latest(out).step == 5
 
 
+@pytest.mark.cpu_only(reason=CPU_PRESET)
 def test_resume_from_different_model_config_is_refused(tmp_path: Path, short: list[str]) -> None:
     out = tmp_path / "run"
     _run(out, [*short, "grpo.max_num_steps=1"])
@@ -76,6 +80,7 @@ def test_resume_from_different_model_config_is_refused(tmp_path: Path, short: li
         loop.resume()
 
 
+@pytest.mark.cpu_only(reason=CPU_PRESET)
 def test_resume_without_checkpoint_is_refused(tmp_path: Path, short: list[str]) -> None:
     config = load_config(overrides=short)
     loop = GRPOLoop(config, build_task("digit-add"), _NoRunner(), tmp_path)
@@ -83,6 +88,7 @@ def test_resume_without_checkpoint_is_refused(tmp_path: Path, short: list[str]) 
         loop.resume()
 
 
+@pytest.mark.cpu_only(reason=CPU_PRESET)
 def test_worker_error_ends_run_without_checkpoint(tmp_path: Path, short: list[str]) -> None:
     out = tmp_path / "run"
     with pytest.raises(WorkerFailed, match="injected failure in generate at step 2 on rank 0"):

@@ -13,6 +13,7 @@ from mcore_grpo.worker.forward import next_token_logprobs, policy_logits
 from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 
 from tests.integration.worker.harness import SEQ, global_batch, tiny_config
+from tests.support.device import TEST_DEVICE
 
 
 def test_batch_from_get_logprobs_is_on_policy(world1: None) -> None:
@@ -22,7 +23,7 @@ def test_batch_from_get_logprobs_is_on_policy(world1: None) -> None:
     batch = {k: v for k, v in global_batch(rows=4).items() if k != "prev_logprobs"}
     batch["prev_logprobs"] = worker.get_logprobs(batch)
     assert batch["prev_logprobs"].shape == (4, SEQ)
-    with cpu_device("cpu"), torch.no_grad():
+    with cpu_device(TEST_DEVICE), torch.no_grad():
         logits = policy_logits(worker.policy.ddp, batch["input_ids"], batch["attention_mask"])
         logprobs = next_token_logprobs(logits, batch["input_ids"], worker.config.model.vocab_size)
     per_token = grpo_loss.per_token_loss(

@@ -16,6 +16,10 @@ from mcore_grpo.grpo.messages import TaskTokens
 from mcore_grpo.grpo.runner import LocalRunner, RayRunner
 from mcore_grpo.grpo.task import build_task
 
+pytestmark = pytest.mark.cpu_only(
+    reason="runs the cpu-tiny preset (policy.device=cpu) on Ray CPU workers"
+)
+
 pytestmark = pytest.mark.slow
 
 

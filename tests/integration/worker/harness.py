@@ -26,6 +26,8 @@ from mcore_grpo.worker.model import build_gpt
 from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 from mcore_grpo.worker.reference import _load_in_place
 
+from tests.support.device import TEST_DEVICE
+
 VOCAB = 64
 SEQ = 10
 
@@ -36,14 +38,16 @@ def tiny_config(
     clip: float = 0.0,
     mbs: int = 2,
     eps: float = 1.0,
+    device: str = TEST_DEVICE,
 ) -> WorkerConfig:
     """Tiny fp32 GPT, distributed optimizer (Adam only), overlap flags as asked, no clipping.
 
     Parity uses adam_eps=1: Adam's first step is lr*g/(|g|+eps); with the default 1e-8 it turns
     1e-10 float noise in mathematically-zero gradients (attention key biases) into +-lr
     differences, so parameters could not be compared to 1e-6. eps=1 keeps the update linear
-    in g for small g."""
+    in g for small g. `device`: the suite's test device (cuda where available)."""
     return WorkerConfig(
+        device=device,  # type: ignore[arg-type]
         micro_batch_size=mbs,
         ddp=DDPConfig(
             use_distributed_optimizer=True,
@@ -101,6 +105,9 @@ def reference_step(
     Returns (grads of the last step, updated params) by parameter name."""
     cfg = worker.config
     o = cfg.optimizer
+    device = cfg.torch_device
+    batch = {k: v.to(device) for k, v in batch.items()}
+    initial = {k: v.to(device) for k, v in initial.items()}
     with cpu_device(cfg.device):
         _, ref = build_gpt(cfg)
         _load_in_place(ref, initial)
@@ -147,7 +154,7 @@ def local_grad_diff(worker: MegatronPolicyWorker, ref_grads: dict[str, torch.Ten
 def param_diff(worker: MegatronPolicyWorker, ref_params: dict[str, torch.Tensor]) -> float:
     """Max |param - ref| over all parameters (after the worker's param sync)."""
     return max(
-        (p.detach() - ref_params[n]).abs().max().item()
+        (p.detach() - ref_params[n].to(p.device)).abs().max().item()
         for n, p in worker.policy.gpt.named_parameters()
     )
 

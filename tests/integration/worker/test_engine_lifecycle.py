@@ -23,9 +23,11 @@ from tests.integration.worker.engine_ranks import (
     synchronized_resume,
 )
 from tests.integration.worker.harness import prompts, spawn2, tiny_config
+from tests.support.device import MULTI_RANK_CPU
 from tests.support.ports import free_port
 
 
+@pytest.mark.cpu_only(reason=MULTI_RANK_CPU)
 def test_no_rank_steps_before_every_rank_resumed() -> None:
     out = spawn2(synchronized_resume, free_port())
     last_resume = max(out[r]["resumed"][0] for r in (0, 1))
@@ -33,24 +35,28 @@ def test_no_rank_steps_before_every_rank_resumed() -> None:
     assert first_step >= last_resume, out
 
 
+@pytest.mark.cpu_only(reason=MULTI_RANK_CPU)
 def test_without_the_lifecycle_a_rank_steps_while_its_peer_is_suspended() -> None:
     """The counter-check: the same timing measure shows the race on plain per-rank resume."""
     out = spawn2(naive_resume, free_port())
     assert out[0]["step"][0] < out[1]["resumed"][0] - SLOW_S / 2, out
 
 
+@pytest.mark.cpu_only(reason=MULTI_RANK_CPU)
 def test_no_rank_suspends_while_a_peer_is_still_stepping() -> None:
     out = spawn2(suspend_while_peer_steps, free_port())
     assert out[0]["suspended"][0] >= out[1]["step-done"][0], out
     assert out[0]["state"] == out[1]["state"] == [0.0]
 
 
+@pytest.mark.cpu_only(reason=MULTI_RANK_CPU)
 def test_without_the_lifecycle_a_rank_suspends_while_its_peer_steps() -> None:
     """The counter-check for suspend: plain per-rank suspend frees the KV cache mid-step."""
     out = spawn2(naive_suspend_while_peer_steps, free_port())
     assert out[0]["suspended"][0] < out[1]["step-done"][0] - SLOW_S / 2, out
 
 
+@pytest.mark.cpu_only(reason=MULTI_RANK_CPU)
 def test_a_failed_resume_raises_on_every_rank_and_leaves_all_suspended() -> None:
     out = spawn2(one_rank_fails_to_resume, free_port())
     for rank in (0, 1):

@@ -16,6 +16,7 @@ from mcore_grpo.worker.model import sync_params
 from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 
 from tests.integration.worker.harness import VOCAB, global_batch, prompts, tiny_config
+from tests.support.device import TEST_DEVICE
 
 REAL = VOCAB - 8
 
@@ -24,7 +25,7 @@ def real_vocab_logprobs(
     worker: MegatronPolicyWorker, ids: torch.Tensor, mask: torch.Tensor
 ) -> torch.Tensor:
     """[B, S-1] logprobs of ids[:, 1:] under the policy restricted to the tokenizer vocab."""
-    with cpu_device("cpu"), torch.no_grad():
+    with cpu_device(TEST_DEVICE), torch.no_grad():
         logits = policy_logits(worker.policy.ddp, ids, mask)[..., :REAL]
     return torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
 
@@ -133,7 +134,7 @@ def test_training_never_moves_padded_vocab_rows(world1: None) -> None:
     batch = global_batch(rows=4)
     batch["input_ids"] = batch["input_ids"] % REAL
     w.train(batch)
-    with cpu_device("cpu"):
+    with cpu_device(TEST_DEVICE):
         sync_params(w.policy)
     moved = (weight.detach() - before).abs().amax(dim=1)
     assert float(moved[:REAL].min()) > 0.0, "real rows did not train: the check is vacuous"

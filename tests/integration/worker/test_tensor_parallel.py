@@ -5,7 +5,12 @@ figures).
 
 from __future__ import annotations
 
+import pytest
+
 from tests.integration.worker.tp_parity import compare_with_tp1
+from tests.support.device import MULTI_RANK_CPU
+
+pytestmark = pytest.mark.cpu_only(reason=MULTI_RANK_CPU)
 
 
 def test_tp2_matches_plain_pytorch_at_tp1(world1: None) -> None:

@@ -24,6 +24,7 @@ from tests.integration.worker.harness import (
     spawn2,
     tiny_config,
 )
+from tests.support.device import MULTI_RANK_CPU, TEST_DEVICE
 from tests.support.ports import free_port
 
 TOL = 1e-6
@@ -53,7 +54,7 @@ def _parity(level: LossLevel, overlap: bool, k: int) -> dict[str, float]:
             metrics = worker.train(mine)
         ref_grads, ref_params = reference_step(worker, initial, batch)
         out[f"{mode}_grad_diff"] = local_grad_diff(worker, ref_grads)
-        with cpu_device("cpu"):
+        with cpu_device(TEST_DEVICE):
             sync_params(worker.policy)
         out[f"{mode}_param_diff"] = param_diff(worker, ref_params)
         out[f"{mode}_moved"] = max(
@@ -78,7 +79,7 @@ def _comm_volume(double_reduce: bool) -> float:
     with count_gradient_reductions(ddp) as volume:
         if double_reduce:
             # The pitfall, by hand: start_grad_sync then finish_grad_sync, overlap off.
-            with cpu_device("cpu"):
+            with cpu_device(TEST_DEVICE):
                 ddp.zero_grad_buffer()
                 worker.train_step.begin()
                 worker.train_step.train_microbatch(mine)
@@ -131,6 +132,7 @@ def test_parity_dp1(world1: None, level: LossLevel, overlap: bool) -> None:
     _check(_parity(level, overlap, k=3))
 
 
+@pytest.mark.cpu_only(reason=MULTI_RANK_CPU)
 @pytest.mark.parametrize("level", ["token", "sequence"])
 def test_parity_dp2(dp2: dict[int, Dp2Results], level: str) -> None:
     for rank in (0, 1):
@@ -139,11 +141,13 @@ def test_parity_dp2(dp2: dict[int, Dp2Results], level: str) -> None:
     assert dp2[0].parity[level]["split_global_valid"] == dp2[1].parity[level]["split_global_valid"]
 
 
+@pytest.mark.cpu_only(reason=MULTI_RANK_CPU)
 def test_comm_volume_exactly_one_reduction(dp2: dict[int, Dp2Results]) -> None:
     for rank in (0, 1):
         assert dp2[rank].comm_ratio == pytest.approx(1.0, abs=1e-12)
 
 
+@pytest.mark.cpu_only(reason=MULTI_RANK_CPU)
 def test_comm_counter_sees_double_reduce(dp2: dict[int, Dp2Results]) -> None:
     for rank in (0, 1):
         assert dp2[rank].comm_ratio_double == pytest.approx(2.0, abs=1e-12)
@@ -181,7 +185,7 @@ def test_exception_in_microbatch_restores_hooks_and_next_step_is_correct(world1:
     worker.train(batch)
     ref_grads, ref_params = reference_step(worker, initial, batch)
     assert local_grad_diff(worker, ref_grads) < TOL
-    with cpu_device("cpu"):
+    with cpu_device(TEST_DEVICE):
         sync_params(worker.policy)
     assert param_diff(worker, ref_params) < TOL
 
@@ -215,7 +219,7 @@ def test_loss_is_supplied_at_construction_and_fixed_within_a_step(world1: None) 
     metrics = worker.train(global_batch(rows=4))
     assert seen == [((2, 9), (2, 10)), ((2, 9), (2, 10))]
     assert metrics["global_loss"] == 0.0
-    with cpu_device("cpu"):
+    with cpu_device(TEST_DEVICE):
         sync_params(worker.policy)
     for name, param in worker.policy.gpt.named_parameters():
         assert torch.equal(param.detach(), before[name]), name

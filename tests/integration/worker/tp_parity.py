@@ -23,6 +23,7 @@ from mcore_grpo.worker.parallel import init_model_parallel
 from mcore_grpo.worker.reference import _load_in_place
 
 from tests.integration.worker.harness import global_batch, reference_step, spawn2, tiny_config
+from tests.support.device import TEST_DEVICE
 from tests.support.ports import free_port
 
 REAL, PADDED = 60, 64  # 64 rows = 32 per TP rank; ids 60..63 are padding
@@ -70,7 +71,7 @@ def tp2_logprobs_and_step() -> dict[str, Any]:
     logprobs = worker.get_logprobs(batch)
     worker.prepare_for_training()
     worker.train(batch)
-    with cpu_device("cpu"):
+    with cpu_device(TEST_DEVICE):
         sync_params(worker.policy)
     after = _full(worker.policy.gpt)
     # Nested lists, not tensors: torch would pass tensors between processes as shared-memory
@@ -106,8 +107,8 @@ def compare_with_tp1() -> dict[str, float]:
     tp1 = _config(tp=1)
     init_model_parallel(tp1)
     batch = _batch()
-    with cpu_device("cpu"), torch.no_grad():
-        model_parallel_seed(tp1.seed, "cpu")
+    with cpu_device(TEST_DEVICE), torch.no_grad():
+        model_parallel_seed(tp1.seed, TEST_DEVICE)
         _, ref = build_gpt(tp1)
         _load_in_place(ref, out[0]["initial"])
         logits = policy_logits(ref, batch["input_ids"], batch["attention_mask"])

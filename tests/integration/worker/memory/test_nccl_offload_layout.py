@@ -17,7 +17,10 @@ import torch
 import torch.distributed as dist
 
 from tests.integration.worker.harness import spawn_ranks
+from tests.support.device import MULTI_RANK_CPU
 from tests.support.ports import free_port
+
+pytestmark = pytest.mark.cpu_only(reason=MULTI_RANK_CPU)
 
 ORDER = "dp-tp-cp-ep-pp"
 

@@ -10,6 +10,7 @@ from mcore_grpo.worker.model import sync_params
 from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 
 from tests.integration.worker.harness import global_batch, tiny_config
+from tests.support.device import TEST_DEVICE
 
 
 def test_offload_onload_outputs_identical_and_bytes_reported(world1: None) -> None:
@@ -45,7 +46,7 @@ def test_optimizer_state_survives_round_trip(world1: None) -> None:
     a.prepare_for_training()
     a.train(batch)
     b.train(batch)
-    with cpu_device("cpu"):
+    with cpu_device(TEST_DEVICE):
         sync_params(a.policy)
         sync_params(b.policy)
     pb = dict(b.policy.gpt.named_parameters())
