@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             setting,
         )
     output_dir = args.output_dir or Path("runs") / args.preset
-    task = build_task(config.task.name, config.task.max_addend)
+    task = build_task(config.task.name, config.task.max_addend, config.task.num_terms)
     tokens = TaskTokens(vocab_size=task.vocab_size, pad_id=task.pad_id, eos_id=task.eos_id)
 
     from mcore_grpo.grpo.loop import GRPOLoop

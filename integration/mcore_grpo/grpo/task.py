@@ -104,8 +104,14 @@ class DigitAddTask:
         return " ".join(SYMBOLS[i] if 0 <= i < len(SYMBOLS) else f"<{i}?>" for i in ids)
 
 
-def build_task(name: str, max_addend: int = 1) -> DigitAddTask:
-    """The task named by ``task.name`` in the run config."""
-    if name != DigitAddTask.name:
-        raise ValueError(f"task.name={name!r}: the built-in task is {DigitAddTask.name!r}")
-    return DigitAddTask(max_addend=max_addend)
+def build_task(name: str, max_addend: int = 1, num_terms: int = 20) -> DigitAddTask:
+    """The task named by ``task.name`` in the run config (``num_terms``: count-on only)."""
+    from mcore_grpo.grpo.count_on_task import CountOnTask
+
+    if name == DigitAddTask.name:
+        return DigitAddTask(max_addend=max_addend)
+    if name == CountOnTask.name:
+        return CountOnTask(max_addend=max_addend, num_terms=num_terms)
+    raise ValueError(
+        f"task.name={name!r}: the built-in tasks are {DigitAddTask.name!r} and {CountOnTask.name!r}"
+    )

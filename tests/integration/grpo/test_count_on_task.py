@@ -1,0 +1,54 @@
+"""The count-on task (long answers): targets and rewards worked out by hand, its preset."""
+
+from __future__ import annotations
+
+import pytest
+from mcore_grpo.grpo.config_loader import load_config
+from mcore_grpo.grpo.count_on_task import CountOnTask
+from mcore_grpo.grpo.task import build_task
+
+
+def _ids(task: CountOnTask, text: str) -> list[int]:
+    return list(task.tokenizer.encode(text).ids)
+
+
+def test_targets_hand_checked() -> None:
+    task = CountOnTask(max_addend=3, num_terms=6)
+    problem = task.problem(7, 3)
+    assert task.decode(problem.prompt_ids) == "<bos> 7 + 3 ="
+    # 7+3=10 -> 0, 3, 6, 9, 12 -> 2, 15 -> 5, then <eos>.
+    assert task.decode(task.targets(problem)) == "0 3 6 9 2 5 <eos>"
+    assert task.max_response_tokens == 7
+
+
+def test_reward_counts_right_positions() -> None:
+    task = CountOnTask(max_addend=3, num_terms=6)
+    problem = task.problem(7, 3)
+    assert task.reward(_ids(task, "0 3 6 9 2 5 <eos>"), problem) == 1.0
+    # Wrong 3rd term; the model went on from its own mistake: 2 of 7 positions right.
+    assert task.reward(_ids(task, "0 3 7 0 3 6 9"), problem) == pytest.approx(2 / 7)
+    # Right terms but no <eos> (stopped at the length limit): 6 of 7.
+    assert task.reward(_ids(task, "0 3 6 9 2 5 8"), problem) == pytest.approx(6 / 7)
+    assert task.reward([], problem) == 0.0
+
+
+def test_problems_are_a_function_of_seed_and_step() -> None:
+    task = CountOnTask(max_addend=3, num_terms=20)
+    a = task.sample_problems(32, seed=1, step=5)
+    assert a == task.sample_problems(32, seed=1, step=5)
+    assert a != task.sample_problems(32, seed=1, step=6)
+    steps = {int(task.decode([p.prompt_ids[3]])) for p in a}
+    assert steps <= {1, 2, 3} and len(steps) > 1
+
+
+def test_build_task_and_preset() -> None:
+    cfg = load_config("cpu-count-on")
+    task = build_task(cfg.task.name, cfg.task.max_addend, cfg.task.num_terms)
+    assert isinstance(task, CountOnTask)
+    assert cfg.policy.generation.max_new_tokens == task.max_response_tokens == 21
+    prompt_len = max(len(p.prompt_ids) for p in task.all_problems())
+    assert prompt_len + task.max_response_tokens <= cfg.policy.max_total_sequence_length
+    with pytest.raises(ValueError, match="count-on"):
+        build_task("nope")
+    with pytest.raises(ValueError, match="num_terms"):
+        CountOnTask(num_terms=0)
