@@ -16,7 +16,7 @@ On CUDA it also times a bare megatron-core static-context greedy decode of the s
 says so.
 
 Run: .venv/bin/python benchmarks/bench_generation.py [--lengths 64 256 1024]
-     [--recompute-max-t 256] [--repeats 1]
+     [--recompute-max-t 256] [--repeats 1] [--threads 1]
 """
 
 from __future__ import annotations
@@ -107,9 +107,7 @@ def bare_mcore_decode(model: torch.nn.Module, ids: torch.Tensor, steps: int) -> 
             if step == steps - 1:
                 break
             pos = torch.full((batch, 1), plen + step, device=ids.device, dtype=torch.long)
-            logits = model(
-                token, pos, None, inference_context=context, runtime_gather_output=True
-            )
+            logits = model(token, pos, None, inference_context=context, runtime_gather_output=True)
             context.increment_sequence_len_offset(1)
     return torch.cat(out, dim=1)
 
@@ -152,7 +150,16 @@ def main() -> None:
     parser.add_argument("--lengths", type=int, nargs="+", default=[64, 256, 1024])
     parser.add_argument("--recompute-max-t", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch intra-op threads (default: torch's). On a CPU shared with other jobs, 1 "
+        "avoids a 2-thread pool waiting for a second core on every small op",
+    )
     args = parser.parse_args()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     from mcore_grpo.worker.cpu import cpu_device
     from mcore_grpo.worker.generation import SamplingParams, generate
 
@@ -189,7 +196,9 @@ def main() -> None:
                 bare_mcore_decode(model, ids, 4)
                 bare_s = _timed(lambda t=t: bare_mcore_decode(model, ids, t), device, args.repeats)
             rows.append((t, cached_s, recompute_s, how, bare_s))
-            print(f"T={t}: cached {cached_s:.2f} s, recompute {recompute_s:.2f} s ({how})", flush=True)
+            print(
+                f"T={t}: cached {cached_s:.2f} s, recompute {recompute_s:.2f} s ({how})", flush=True
+            )
 
     print()
     print("| T | cached tok/s | recompute tok/s | ratio | cached ms/token-step | recompute |")
@@ -207,7 +216,9 @@ def main() -> None:
         for t, cached_s, _, _, bare_s in rows:
             assert bare_s is not None
             tokens = BATCH * t
-            print(f"| {t} | {tokens / cached_s:.0f} | {tokens / bare_s:.0f} | {bare_s / cached_s:.2f}x |")
+            print(
+                f"| {t} | {tokens / cached_s:.0f} | {tokens / bare_s:.0f} | {bare_s / cached_s:.2f}x |"
+            )
     else:
         print(
             "\nbare megatron-core static-context decode: skipped (CPU run; that comparison "

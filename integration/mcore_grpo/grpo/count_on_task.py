@@ -9,10 +9,12 @@ learn both "add k to the last digit, mod 10" and where to stop. That is learnabl
 a tiny GPT from scratch on 2 CPU cores within minutes, while every rollout generates tens of
 tokens, which is what the preset exists to exercise (the KV-cache sampler).
 
-Reward: the fraction of the `num_terms` + 1 positions holding the expected token (terms then
-``<eos>``), compared position by position; a longer or shorter response scores the positions
-it gets right. Dense per position, so an untrained model (about 1 in 15 per token) already
-gives groups reward differences to learn from.
+Reward: the fraction of the `num_terms` + 1 positions that follow the rule: the first term is
+a + k, every later term is the previous response token + k (mod 10), and position
+`num_terms` is ``<eos>``. The exact answer scores 1.0; one wrong term costs one position (a
+response that goes on correctly from its own slip is not zeroed). The rule is local (the last
+token and k), so an untrained model (about 1 in 15 per token) already gives groups reward
+differences that point at the rule, whatever it sampled before.
 """
 
 from __future__ import annotations
@@ -28,10 +30,31 @@ def count_on_targets(start: int, step: int, num_terms: int) -> list[int]:
     return [(start + step * (i + 1)) % 10 for i in range(num_terms)]
 
 
-def score_sequence(response_ids: Sequence[int], target_ids: Sequence[int]) -> float:
-    """Fraction of target positions where the response holds the target token."""
-    hits = sum(1 for got, want in zip(response_ids, target_ids, strict=False) if got == want)
-    return hits / len(target_ids)
+def score_sequence(
+    response_ids: Sequence[int],
+    first_id: int,
+    step: int,
+    eos_id: int,
+    digit_ids: Sequence[int],
+    num_terms: int,
+) -> float:
+    """Fraction of the `num_terms` + 1 positions that follow the count-on rule.
+
+    `digit_ids[d]` is the token id of digit d. Position 0 must be `first_id`; position i in
+    1..num_terms-1 must be the digit of (response digit at i-1) + step, mod 10 (a non-digit at
+    i-1 makes position i wrong); position `num_terms` must be `eos_id`.
+    """
+    digit_of = {tid: d for d, tid in enumerate(digit_ids)}
+    hits = 0
+    for i, got in enumerate(response_ids[: num_terms + 1]):
+        if i == num_terms:
+            hits += got == eos_id
+        elif i == 0:
+            hits += got == first_id
+        else:
+            prev = digit_of.get(response_ids[i - 1])
+            hits += prev is not None and got == digit_ids[(prev + step) % 10]
+    return hits / (num_terms + 1)
 
 
 class CountOnTask(DigitAddTask):
@@ -66,5 +89,8 @@ class CountOnTask(DigitAddTask):
         return [self.problem(rng.randrange(10), rng.randint(1, self.max_addend)) for _ in range(n)]
 
     def reward(self, response_ids: Sequence[int], problem: Problem) -> float:
-        """`score_sequence` against this problem's terms and ``<eos>``."""
-        return score_sequence(response_ids, self.targets(problem))
+        """`score_sequence` for this problem's first term and step."""
+        a, k = self._operands(problem)
+        digits = [self.token_id(str(d)) for d in range(10)]
+        first = digits[(a + k) % 10]
+        return score_sequence(response_ids, first, k, self.eos_id, digits, self.num_terms)

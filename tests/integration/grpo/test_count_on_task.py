@@ -21,14 +21,18 @@ def test_targets_hand_checked() -> None:
     assert task.max_response_tokens == 7
 
 
-def test_reward_counts_right_positions() -> None:
+def test_reward_counts_positions_that_follow_the_rule() -> None:
     task = CountOnTask(max_addend=3, num_terms=6)
     problem = task.problem(7, 3)
     assert task.reward(_ids(task, "0 3 6 9 2 5 <eos>"), problem) == 1.0
-    # Wrong 3rd term; the model went on from its own mistake: 2 of 7 positions right.
-    assert task.reward(_ids(task, "0 3 7 0 3 6 9"), problem) == pytest.approx(2 / 7)
+    # One slip (7 instead of 6), then on by +3 from it (0 3 6 right), no <eos>: 5 of 7.
+    assert task.reward(_ids(task, "0 3 7 0 3 6 9"), problem) == pytest.approx(5 / 7)
     # Right terms but no <eos> (stopped at the length limit): 6 of 7.
     assert task.reward(_ids(task, "0 3 6 9 2 5 8"), problem) == pytest.approx(6 / 7)
+    # Wrong first term (7 + 3 is 0, not 1), then consistent: 6 of 7.
+    assert task.reward(_ids(task, "1 4 7 0 3 6 <eos>"), problem) == pytest.approx(6 / 7)
+    # A non-digit makes its own position and the next one wrong: 0 ok, <eos> x, 3 x.
+    assert task.reward(_ids(task, "0 <eos> 3"), problem) == pytest.approx(1 / 7)
     assert task.reward([], problem) == 0.0
 
 
