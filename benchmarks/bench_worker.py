@@ -108,12 +108,15 @@ def measure_fair() -> dict[str, float]:
     """Split vs one-shot at the same K, one rank's medians (called on both DP ranks)."""
     import dataclasses
 
+    import torch
     import torch.distributed as dist
     from mcore_grpo.worker.config import ModelConfig
     from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 
     from tests.integration.worker.harness import tiny_config
 
+    # One thread per rank: 2 ranks on 2 cores, no thread pool waiting for a busy core.
+    torch.set_num_threads(1)
     config = dataclasses.replace(
         tiny_config(level="token", overlap=False, mbs=FAIR_MBS),
         model=ModelConfig(

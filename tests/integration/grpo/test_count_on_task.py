@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 from mcore_grpo.grpo.config_loader import load_config
-from mcore_grpo.grpo.count_on_task import CountOnTask
-from mcore_grpo.grpo.task import build_task
+from mcore_grpo.grpo.task import CountOnTask, build_task
 
 
 def _ids(task: CountOnTask, text: str) -> list[int]:
@@ -21,18 +20,22 @@ def test_targets_hand_checked() -> None:
     assert task.max_response_tokens == 7
 
 
-def test_reward_counts_positions_that_follow_the_rule() -> None:
+def test_reward_hand_checked() -> None:
+    """Reward = (rule fraction + answer fraction) / 2 over the 7 positions (6 terms, <eos>)."""
     task = CountOnTask(max_addend=3, num_terms=6)
-    problem = task.problem(7, 3)
+    problem = task.problem(7, 3)  # answer 0 3 6 9 2 5 <eos>
     assert task.reward(_ids(task, "0 3 6 9 2 5 <eos>"), problem) == 1.0
-    # One slip (7 instead of 6), then on by +3 from it (0 3 6 right), no <eos>: 5 of 7.
-    assert task.reward(_ids(task, "0 3 7 0 3 6 9"), problem) == pytest.approx(5 / 7)
-    # Right terms but no <eos> (stopped at the length limit): 6 of 7.
+    # One slip (7 for 6), then +3 from it, no <eos>: rule 5/7 (0 3 . 0 3 6 .), answer 2/7.
+    assert task.reward(_ids(task, "0 3 7 0 3 6 9"), problem) == pytest.approx(7 / 14)
+    # Right terms, no <eos> (stopped at the length limit): 6/7 and 6/7.
     assert task.reward(_ids(task, "0 3 6 9 2 5 8"), problem) == pytest.approx(6 / 7)
-    # Wrong first term (7 + 3 is 0, not 1), then consistent: 6 of 7.
-    assert task.reward(_ids(task, "1 4 7 0 3 6 <eos>"), problem) == pytest.approx(6 / 7)
-    # A non-digit makes its own position and the next one wrong: 0 ok, <eos> x, 3 x.
+    # Wrong first term (7 + 3 is 0, not 1), then +3: rule 6/7, answer only <eos> 1/7.
+    assert task.reward(_ids(task, "1 4 7 0 3 6 <eos>"), problem) == pytest.approx(7 / 14)
+    # A non-digit spoils its own position and the next: rule 1/7, answer 1/7.
     assert task.reward(_ids(task, "0 <eos> 3"), problem) == pytest.approx(1 / 7)
+    # A cycle that ignores the prompt scores on the rule only where it is +3.
+    cycle = task.reward(_ids(task, "8 1 4 7 8 1 4"), task.problem(2, 3))
+    assert cycle == pytest.approx((4 / 7 + 0 / 7) / 2)
     assert task.reward([], problem) == 0.0
 
 
