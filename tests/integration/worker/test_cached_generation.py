@@ -168,3 +168,40 @@ def test_tp2_generates_the_same_tokens_as_tp1(world1: None) -> None:
         assert figures[f"{case}_tp1_cached_equal"], figures
         assert figures[f"{case}_logprob_max_abs_diff"] <= 1e-5, figures
         assert figures[f"{case}_distinct_tokens"] > 4, "vacuous: the model repeats one token"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="needs CUDA: the cached sampler on a CUDA model (not run on this project's CPU "
+    "machines yet)",
+)
+def test_cached_equals_recompute_on_cuda(world1: None) -> None:
+    """The same code path on CUDA: greedy cached == recompute, tensors on the model's device."""
+    from mcore_grpo.worker.config import WorkerConfig
+    from mcore_grpo.worker.cpu import model_parallel_seed
+    from mcore_grpo.worker.model import build_gpt
+    from mcore_grpo.worker.parallel import init_model_parallel
+
+    cfg = WorkerConfig(
+        device="cuda", model=ModelConfig(vocab_size=REAL, padded_vocab_size_override=VOCAB)
+    )
+    init_model_parallel(cfg)
+    model_parallel_seed(cfg.seed, "cuda")
+    _, gpt = build_gpt(cfg)
+    gpt.eval()
+    ids, mask = prompts(rows=6, length=7, vocab=REAL)
+    gen = torch.Generator(device="cuda")
+    outs = [
+        generate(
+            gpt,
+            ids,
+            mask,
+            SamplingParams(backend=b, temperature=GREEDY, max_new_tokens=16),
+            REAL,
+            gen.manual_seed(0),
+        )
+        for b in ("static_cache", "recompute")
+    ]
+    assert outs[0].output_ids.device.type == "cuda"
+    _assert_same(outs[0], outs[1])
