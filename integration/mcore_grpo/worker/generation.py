@@ -77,7 +77,7 @@ def resolve_backend(model: torch.nn.Module, params: SamplingParams) -> tuple[str
         reason = cache_unsupported_reason(model)
         if reason is not None:
             return RECOMPUTE, f"static_cache unavailable ({reason}); falling back to recompute"
-        return STATIC_CACHE, "megatron-core StaticInferenceContext (KV cache)"
+        return STATIC_CACHE, "megatron-core StaticInferenceContext, KV cache"
     return RECOMPUTE, "recompute requested (full prefix forward per token, no KV cache)"
 
 
