@@ -10,25 +10,22 @@ GPT can visibly learn it on 2 CPU cores within minutes: with ``max_addend = 1`` 
 groups of 8 samples contain a reward difference to learn from.
 
 ``count-on`` (`CountOnTask`, preset ``cpu-count-on``): long answers, continue an arithmetic
-sequence.
-
-Prompt ``<bos> 7 + 3 =`` (digit-add's prompt); correct response: the next `num_terms` terms of
-7, 7+3, 7+6, ... mod 10, then ``<eos>``: ``0 3 6 9 2 5 8 1 4 7 ... <eos>`` (`num_terms` + 1
-tokens, 21 with the preset's 20 terms). No chain of thought: every token is an answer token.
-
-Each term depends on the previous one and on the step ``k`` in the prompt, so a model must
-learn both "add k to the last digit, mod 10" and where to stop. That is learnable by GRPO on
-a tiny GPT from scratch on 2 CPU cores within minutes, while every rollout generates tens of
-tokens, which is what the preset exists to exercise (the KV-cache sampler).
+sequence. Prompt ``<bos> + 3 = 7`` ("go on from 7 in steps of 3"); correct response: the
+next `num_terms` terms 0 3 6 9 2 5 ... (mod 10), then ``<eos>`` (`num_terms` + 1 tokens, 21
+with the preset's 20 terms). No chain of thought: every token is an answer token. The start
+digit is the prompt's last token, so every term follows from the token before it and ``k``;
+only ``<eos>`` needs the position.
 
 Reward: the mean of two fractions over the `num_terms` + 1 positions (terms, then ``<eos>``):
 - rule: the first term is a + k, every later term is the previous response token + k
-  (mod 10), the last position is ``<eos>``. Local (the last token and k), so an untrained
-  model (about 1 in 15 per token) already gets reward differences pointing at the rule;
-- answer: the position holds the correct answer's token. This one cannot be earned by a
-  fixed cycle that ignores the prompt (a first GRPO run on the rule alone collapsed onto
-  ``8 9 0 1 8 9 0 1 ...`` for every prompt: 0.72 reward, no prompt read).
-The exact answer scores 1.0.
+  (mod 10), the last position is ``<eos>``. Local, so an untrained model (about 1 in 15 per
+  token) already gets reward differences pointing at the rule;
+- answer: the position holds the correct answer's token, which a fixed cycle ignoring the
+  prompt cannot earn.
+The exact answer scores 1.0. History: with digit-add's prompt ``<bos> 7 + 3 =`` (the start
+digit three tokens back) GRPO runs collapsed onto a prompt-free cycle, ``8 9 0 1 8 9 0 1 ...``
+on the rule alone (0.72 reward), ``7 8 9 0 1 7 8 9 ...`` on the mean above (0.62 after 200
+steps): the transitions out of the cycle were never sampled again.
 """
 
 from __future__ import annotations
@@ -166,9 +163,9 @@ def score_answer(response_ids: Sequence[int], target_ids: Sequence[int]) -> floa
 
 
 class CountOnTask(DigitAddTask):
-    """``a + k =`` -> the `num_terms` next terms of a, a+k, a+2k, ... mod 10, then ``<eos>``.
+    """``+ k = a`` -> the `num_terms` next terms of a, a+k, a+2k, ... mod 10, then ``<eos>``.
 
-    Shares digit-add's vocabulary, tokenizer and prompts (its first answer term is digit-add's
+    Shares digit-add's vocabulary and tokenizer (its first answer term is digit-add's
     answer); ``k`` is in 1..max_addend."""
 
     name: str = "count-on"
@@ -186,9 +183,15 @@ class CountOnTask(DigitAddTask):
         digits = count_on_targets(a, k, self.num_terms)
         return [self.token_id(str(d)) for d in digits] + [self.eos_id]
 
+    def problem(self, a: int, b: int) -> Problem:
+        """The problem ``+ b = a``: go on from `a` in steps of `b`; `answer` is the first term."""
+        text = f"{BOS} + {b} = {a}"
+        ids = tuple(self.tokenizer.encode(text).ids)
+        return Problem(prompt_ids=ids, answer=(a + b) % 10, text=text)
+
     def _operands(self, problem: Problem) -> tuple[int, int]:
-        # Prompt ids: <bos> a + k = ; digits' ids are their symbols' positions in SYMBOLS.
-        _, a_id, _, k_id, _ = problem.prompt_ids
+        # Prompt ids: <bos> + k = a ; digits' ids are their symbols' positions in SYMBOLS.
+        _, _, k_id, _, a_id = problem.prompt_ids
         return int(self.decode([a_id])), int(self.decode([k_id]))
 
     def sample_problems(self, n: int, seed: int, step: int) -> list[Problem]:

@@ -14,7 +14,7 @@ def _ids(task: CountOnTask, text: str) -> list[int]:
 def test_targets_hand_checked() -> None:
     task = CountOnTask(max_addend=3, num_terms=6)
     problem = task.problem(7, 3)
-    assert task.decode(problem.prompt_ids) == "<bos> 7 + 3 ="
+    assert task.decode(problem.prompt_ids) == "<bos> + 3 = 7"
     # 7+3=10 -> 0, 3, 6, 9, 12 -> 2, 15 -> 5, then <eos>.
     assert task.decode(task.targets(problem)) == "0 3 6 9 2 5 <eos>"
     assert task.max_response_tokens == 7
@@ -44,7 +44,7 @@ def test_problems_are_a_function_of_seed_and_step() -> None:
     a = task.sample_problems(32, seed=1, step=5)
     assert a == task.sample_problems(32, seed=1, step=5)
     assert a != task.sample_problems(32, seed=1, step=6)
-    steps = {int(task.decode([p.prompt_ids[3]])) for p in a}
+    steps = {int(task.decode([p.prompt_ids[2]])) for p in a}
     assert steps <= {1, 2, 3} and len(steps) > 1
 
 
