@@ -1,9 +1,14 @@
 """Figures for the policy worker on CPU (gloo). At DP=2: parity max abs diff vs plain
 PyTorch, gradient bytes reduced per optimizer step / grad buffer, split vs one-shot step
-time. At TP=2: logprob and post-step parameter diffs vs plain PyTorch at TP=1. With --tests,
-the wall time of `pytest tests/integration`.
+time on the tiny model. At TP=2: logprob and post-step parameter diffs vs plain PyTorch at
+TP=1. With --tests, the wall time of `pytest tests/integration`.
 
-Run: .venv/bin/python benchmarks/bench_worker.py [--steps N] [--tests]
+`--fair`: the split step (begin, K x train_microbatch, finish) against the one-shot `train()`
+over the SAME K microbatches (one schedule call of K), at DP=2, on a model where compute
+dominates (4 layers, hidden 256, ffn 1024, vocab 1024, 4 x 128 tokens per microbatch per
+rank), K = 1, 4, 8; median of --steps interleaved steps each.
+
+Run: .venv/bin/python benchmarks/bench_worker.py [--steps N] [--tests] [--fair]
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 # The test harness is imported as the `tests` package of this checkout.
@@ -75,6 +81,80 @@ def measure() -> dict[str, float]:
     return out
 
 
+FAIR_K = (1, 4, 8)
+FAIR_MBS, FAIR_SEQ, FAIR_VOCAB = 4, 128, 1024
+
+
+def _fair_batch(rows: int, seed: int) -> dict[str, Any]:
+    """Full-length GRPO rows: the first 16 tokens are the prompt, the rest trained."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, FAIR_VOCAB, (rows, FAIR_SEQ), generator=g)
+    attn = torch.ones(rows, FAIR_SEQ)
+    token_mask = attn.clone()
+    token_mask[:, :16] = 0.0
+    return {
+        "input_ids": ids,
+        "attention_mask": attn,
+        "token_mask": token_mask,
+        "sample_mask": torch.ones(rows),
+        "advantages": torch.randn(rows, generator=g),
+        "prev_logprobs": -7.0 + 0.1 * torch.randn(rows, FAIR_SEQ, generator=g),
+    }
+
+
+def measure_fair() -> dict[str, float]:
+    """Split vs one-shot at the same K, one rank's medians (called on both DP ranks)."""
+    import dataclasses
+
+    import torch
+    import torch.distributed as dist
+    from mcore_grpo.worker.config import ModelConfig
+    from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
+
+    from tests.integration.worker.harness import tiny_config
+
+    # One thread per rank: 2 ranks on 2 cores, no thread pool waiting for a busy core.
+    torch.set_num_threads(1)
+    config = dataclasses.replace(
+        tiny_config(level="token", overlap=False, mbs=FAIR_MBS),
+        model=ModelConfig(
+            num_layers=4,
+            hidden_size=256,
+            num_attention_heads=4,
+            ffn_hidden_size=1024,
+            vocab_size=FAIR_VOCAB,
+            max_sequence_length=FAIR_SEQ,
+        ),
+    )
+    worker = MegatronPolicyWorker(config)
+    rank = dist.get_rank()
+    out: dict[str, float] = {}
+    for k in FAIR_K:
+        batch = _fair_batch(k * FAIR_MBS, seed=rank)
+        chunks = [
+            {n: v[i * FAIR_MBS : (i + 1) * FAIR_MBS] for n, v in batch.items()} for i in range(k)
+        ]
+        times: dict[str, list[float]] = {"split": [], "oneshot": []}
+        for step in range(STEPS + 1):  # the first round warms up both
+            for mode in ("split", "oneshot"):
+                dist.barrier()
+                start = time.perf_counter()
+                if mode == "split":
+                    worker.begin_train_step()
+                    for chunk in chunks:
+                        worker.train_microbatch(chunk)
+                    worker.finish_train_step()
+                else:
+                    worker.train(batch)
+                if step:
+                    times[mode].append(time.perf_counter() - start)
+        out[f"K={k} split_ms"] = 1e3 * statistics.median(times["split"])
+        out[f"K={k} oneshot_ms"] = 1e3 * statistics.median(times["oneshot"])
+    return out
+
+
 def init_world1() -> None:
     """This process as a 1-rank gloo world (the TP=1 reference builds megatron models)."""
     import os
@@ -94,10 +174,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=STEPS, help="timed steps per mode")
     parser.add_argument("--tests", action="store_true", help="also time pytest tests/integration")
+    parser.add_argument(
+        "--fair", action="store_true", help="only split vs one-shot at K = 1, 4, 8 (big model)"
+    )
     args = parser.parse_args()
     STEPS = args.steps
     from tests.integration.worker.harness import spawn2
     from tests.support.ports import free_port
+
+    if args.fair:
+        fair = spawn2(measure_fair, free_port())
+        print("| K | split step ms | one-shot train() ms | split / one-shot |")
+        print("|---|---|---|---|")
+        for k in FAIR_K:
+            split = max(fair[r][f"K={k} split_ms"] for r in fair)
+            oneshot = max(fair[r][f"K={k} oneshot_ms"] for r in fair)
+            print(f"| {k} | {split:.0f} | {oneshot:.0f} | {split / oneshot:.3f} |")
+        print("(max over the 2 DP ranks of each rank's median)")
+        return
 
     start = time.perf_counter()
     results = spawn2(measure, free_port())

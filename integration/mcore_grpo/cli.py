@@ -24,6 +24,7 @@ from mcore_grpo.grpo.metrics import summarize
 from mcore_grpo.grpo.runner import WorkerFailed, make_runner
 from mcore_grpo.grpo.schema import ConfigError, RunConfig, unused_settings
 from mcore_grpo.grpo.task import build_task
+from mcore_grpo.grpo.worker_settings import sampling_params
 
 log = logging.getLogger("mcore_grpo")
 
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             setting,
         )
     output_dir = args.output_dir or Path("runs") / args.preset
-    task = build_task(config.task.name, config.task.max_addend)
+    task = build_task(config.task.name, config.task.max_addend, config.task.num_terms)
     tokens = TaskTokens(vocab_size=task.vocab_size, pad_id=task.pad_id, eos_id=task.eos_id)
 
     from mcore_grpo.grpo.loop import GRPOLoop
@@ -125,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
         config.samples_per_step,
         output_dir,
     )
+    # The worker logs the backend that actually runs (it falls back to recompute where the
+    # KV cache cannot run, e.g. sequence parallelism); this is the one the config asks for.
+    log.info("mcore-grpo: generation backend %s", sampling_params(config, tokens).backend)
     runner = None
     try:
         fail_rank, fail_step = injected_failure()

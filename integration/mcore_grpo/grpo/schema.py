@@ -135,6 +135,8 @@ class TaskSection:
 
     name: str = "digit-add"
     max_addend: int = 1
+    # count-on only: how many terms the answer has (the response is num_terms + 1 tokens).
+    num_terms: int = 20
 
 
 @dataclass

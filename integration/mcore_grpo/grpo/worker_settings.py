@@ -101,5 +101,6 @@ def sampling_params(config: RunConfig, tokens: TaskTokens) -> SamplingParams:
         max_new_tokens=g.max_new_tokens,
         stop_token_ids=stops,
         pad_token_id=tokens.pad_id,
-        backend="torch" if g.backend == "megatron" else g.backend,
+        # NeMo-RL's `megatron` backend = megatron-core's inference machinery: the KV cache.
+        backend="static_cache" if g.backend == "megatron" else g.backend,
     )

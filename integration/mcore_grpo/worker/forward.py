@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 
@@ -25,9 +27,33 @@ def policy_logits(
     model: torch.nn.Module, input_ids: torch.Tensor, valid: torch.Tensor
 ) -> torch.Tensor:
     """[B, S, V] fp32 logits over the full (padded) vocab, gathered across TP ranks."""
+    positions, mask = attention_inputs(valid)
+    return model_logits(model, input_ids, positions, mask)
+
+
+def model_logits(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    positions: torch.Tensor,
+    mask: torch.Tensor,
+    inference_context: Any = None,
+) -> torch.Tensor:
+    """[B, S', V] fp32 logits for explicit positions and mask, gathered across TP ranks.
+
+    `inference_context`: megatron-core's KV-cache context (the cached sampler); then S' may be
+    1 (only the last position's logits are materialised) and the output layer gathers the TP
+    shards itself (megatron-core's inference mode requires `runtime_gather_output`)."""
     from megatron.core import parallel_state, tensor_parallel
 
-    positions, mask = attention_inputs(valid)
+    if inference_context is not None:
+        logits = model(
+            input_ids,
+            positions,
+            mask,
+            inference_context=inference_context,
+            runtime_gather_output=True,
+        )
+        return logits.float()
     logits = model(input_ids, positions, mask)
     if parallel_state.get_tensor_model_parallel_world_size() > 1:
         logits = tensor_parallel.gather_from_tensor_model_parallel_region(logits)

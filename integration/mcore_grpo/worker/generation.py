@@ -1,72 +1,84 @@
-"""Batched sampling with the policy itself (no KV cache; recomputes the prefix per token).
+"""Batched sampling with the policy itself: one interface, the backend chosen by
+`SamplingParams.backend`.
 
-Covers temperature, top-p, max new tokens, stop tokens and left-padded prompts, and returns
-the logprob of each sampled token under the temperature-scaled distribution. Ids at or beyond
-the tokenizer vocab (the model's vocab is padded) are masked out of sampling.
+- "static_cache" (default): megatron-core's `StaticInferenceContext`, a prefill then one-token
+  decode steps over the KV cache (`static_cache_sampler.py`); per-token cost independent of
+  the length generated so far.
+- "recompute": re-runs the whole prefix per token (`recompute_sampler.py`); the reference the
+  cached path is tested against, and the fallback where the cache cannot run (sequence
+  parallelism; the log says so).
+- "mcore_dynamic_engine": megatron-core's `DynamicInferenceEngine`, the engine NeMo-RL's
+  `backend=megatron` runs. Not implemented: its dynamic-batching attention needs flash-attn's
+  kernels on a GPU, which this project has never had to run or test it on. Selecting it raises
+  NotImplementedError saying why. The engine's suspend/resume lifecycle around weight updates
+  IS implemented (`engine_lifecycle.py`, attached as `MegatronPolicyWorker(generation_engine=
+  ...)`), so an engine sampler would plug in here and share that lifecycle.
 
-Not implemented: sampling through megatron-core's dynamic inference engine on GPU (KV cache,
-CUDA graphs); selecting it raises NotImplementedError. Its suspend/resume lifecycle around
-weight updates, agreed by all ranks, is implemented (`engine_lifecycle.py`, attached through
-`MegatronPolicyWorker(generation_engine=...)`).
+All backends share `sampling.py`: temperature, top-p, stop tokens, left-padded prompts, ids at
+or beyond the tokenizer vocab never sampled, and the logprob of each sampled token under the
+temperature-scaled distribution.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import importlib.util
+import logging
+from collections.abc import Callable
 
 import torch
 
-from mcore_grpo.worker.forward import policy_logits, real_vocab_logits
+from mcore_grpo.worker.recompute_sampler import generate_recompute
+from mcore_grpo.worker.sampling import (
+    DYNAMIC_ENGINE,
+    RECOMPUTE,
+    STATIC_CACHE,
+    GenerationOutput,
+    SamplingParams,
+    model_device,
+)
+from mcore_grpo.worker.static_cache_sampler import cache_unsupported_reason, generate_static_cache
+
+__all__ = ["GenerationOutput", "SamplingParams", "generate", "resolve_backend"]
+
+LOG = logging.getLogger(__name__)
+Sampler = Callable[
+    [torch.nn.Module, torch.Tensor, torch.Tensor, SamplingParams, int, torch.Generator | None],
+    GenerationOutput,
+]
+_SAMPLERS: dict[str, Sampler] = {STATIC_CACHE: generate_static_cache, RECOMPUTE: generate_recompute}
+_LOGGED: set[tuple[str, str]] = set()
 
 
-@dataclass(frozen=True)
-class SamplingParams:
-    """Sampling knobs, NeMo-RL / vLLM names."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 8
-    stop_token_ids: tuple[int, ...] = ()
-    pad_token_id: int = 0
-    backend: str = "torch"  # "mcore_dynamic_engine" is not implemented
-
-    def validate(self) -> SamplingParams:
-        """Raise for values that would silently sample wrong."""
-        if self.backend != "torch":
-            raise NotImplementedError(
-                f"SamplingParams.backend={self.backend!r}: the megatron-core dynamic inference "
-                "engine does not sample for this worker yet (it needs CUDA; only its "
-                "suspend/resume lifecycle is wired, see engine_lifecycle.py); use backend='torch'."
-            )
-        if self.temperature <= 0:
-            raise ValueError(
-                "SamplingParams.temperature must be > 0 (use a small value for greedy)"
-            )
-        if not 0 < self.top_p <= 1:
-            raise ValueError("SamplingParams.top_p must be in (0, 1]")
-        return self
+def dynamic_engine_unavailable_reason() -> str:
+    """Why `backend="mcore_dynamic_engine"` raises, for this machine."""
+    missing = []
+    if not torch.cuda.is_available():
+        missing.append("no CUDA device")
+    if importlib.util.find_spec("flash_attn") is None:
+        missing.append("flash-attn not installed")
+    here = f" (here: {', '.join(missing)})" if missing else ""
+    return (
+        "the megatron-core DynamicInferenceEngine sampler is not implemented: its "
+        "dynamic-batching attention needs flash-attn's kernels on a GPU, and this worker has "
+        f"never run on one{here}. Its suspend/resume lifecycle is wired (engine_lifecycle.py). "
+        "Use backend='static_cache' (megatron-core's StaticInferenceContext, same KV-cache "
+        "decode) or 'recompute'."
+    )
 
 
-@dataclass
-class GenerationOutput:
-    """Prompt + generated tokens, left-padded layout kept."""
-
-    output_ids: torch.Tensor  # [B, P + T]
-    attention_mask: torch.Tensor  # [B, P + T], 1 = real token
-    generated_mask: torch.Tensor  # [B, P + T], 1 = sampled token
-    logprobs: torch.Tensor  # [B, P + T], logprob of each sampled token, 0 elsewhere
-    generation_lengths: torch.Tensor  # [B]
-
-
-def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Keep the smallest prefix of tokens whose probability mass reaches top_p."""
-    if top_p >= 1.0:
-        return logits
-    sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
-    probs = torch.softmax(sorted_logits, dim=-1)
-    drop = probs.cumsum(dim=-1) - probs > top_p
-    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-    return torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
+def resolve_backend(model: torch.nn.Module, params: SamplingParams) -> tuple[str, str]:
+    """(backend that will run, why) for `params.backend` on this model."""
+    params.validate()
+    if params.backend == DYNAMIC_ENGINE:
+        raise NotImplementedError(
+            f"SamplingParams.backend={DYNAMIC_ENGINE!r}: {dynamic_engine_unavailable_reason()}"
+        )
+    if params.backend == STATIC_CACHE:
+        reason = cache_unsupported_reason(model)
+        if reason is not None:
+            return RECOMPUTE, f"static_cache unavailable ({reason}); falling back to recompute"
+        return STATIC_CACHE, "megatron-core StaticInferenceContext, KV cache"
+    return RECOMPUTE, "recompute requested (full prefix forward per token, no KV cache)"
 
 
 @torch.no_grad()
@@ -78,28 +90,18 @@ def generate(
     vocab_size: int,
     generator: torch.Generator | None = None,
 ) -> GenerationOutput:
-    """Sample up to `max_new_tokens` per row; a row stops after a stop token."""
-    params.validate()
-    ids, mask = prompt_ids.clone(), prompt_mask.long().clone()
-    batch = ids.shape[0]
-    done = torch.zeros(batch, dtype=torch.bool, device=ids.device)
-    gen_mask = torch.zeros_like(mask)
-    logprobs = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)
-    stops = torch.tensor(params.stop_token_ids, dtype=torch.long, device=ids.device)
-    for _ in range(params.max_new_tokens):
-        logits = policy_logits(model, ids, mask)[:, -1, :] / params.temperature
-        logits = real_vocab_logits(logits, vocab_size)  # padded-vocab ids are no tokens
-        logp = torch.log_softmax(logits, dim=-1)
-        probs = torch.softmax(_top_p_filter(logits, params.top_p), dim=-1)
-        token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-        token_logp = logp.gather(-1, token[:, None]).squeeze(-1)
-        live = ~done
-        token = torch.where(live, token, torch.full_like(token, params.pad_token_id))
-        ids = torch.cat([ids, token[:, None]], dim=1)
-        mask = torch.cat([mask, live.long()[:, None]], dim=1)
-        gen_mask = torch.cat([gen_mask, live.long()[:, None]], dim=1)
-        logprobs = torch.cat([logprobs, (token_logp * live)[:, None]], dim=1)
-        done = done | (live & torch.isin(token, stops))
-        if bool(done.all()):
-            break
-    return GenerationOutput(ids, mask, gen_mask, logprobs, gen_mask.sum(dim=1))
+    """Sample up to `max_new_tokens` per row with the backend `params.backend` selects; a row
+    stops after a stop token. Inputs are moved to the model's device; outputs stay there."""
+    backend, why = resolve_backend(model, params)
+    device = model_device(model)
+    if (backend, why) not in _LOGGED:  # once per process and choice: the log says which runs
+        _LOGGED.add((backend, why))
+        LOG.info("generation backend: %s on %s (%s)", backend, device, why)
+    return _SAMPLERS[backend](
+        model,
+        prompt_ids.to(device),
+        prompt_mask.to(device),
+        params,
+        vocab_size,
+        generator,
+    )

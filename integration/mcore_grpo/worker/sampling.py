@@ -1,0 +1,157 @@
+"""What every sampler shares: the knobs, the output layout, one sampling step, the rollout.
+
+The samplers (`recompute_sampler`, `static_cache_sampler`) differ only in how they get the
+next-token logits; drawing the token, its logprob, stop handling and the output layout are
+here, so the backends cannot drift apart in semantics: the same logits and the same generator
+give the same tokens whichever backend runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from mcore_grpo.worker.forward import real_vocab_logits
+
+# Backend names of `SamplingParams.backend`.
+STATIC_CACHE = "static_cache"
+RECOMPUTE = "recompute"
+DYNAMIC_ENGINE = "mcore_dynamic_engine"
+BACKENDS = (STATIC_CACHE, RECOMPUTE, DYNAMIC_ENGINE)
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Sampling knobs, NeMo-RL / vLLM names.
+
+    `backend`: "static_cache" (megatron-core's StaticInferenceContext: one prefill, then
+    one-token steps over the KV cache), "recompute" (re-runs the whole prefix per token; the
+    reference the cached path is tested against), "mcore_dynamic_engine" (megatron-core's
+    DynamicInferenceEngine; needs flash-attn on a GPU, not implemented).
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 8
+    stop_token_ids: tuple[int, ...] = ()
+    pad_token_id: int = 0
+    backend: str = STATIC_CACHE
+
+    def validate(self) -> SamplingParams:
+        """Raise for values that would silently sample wrong."""
+        if self.backend not in BACKENDS:
+            raise ValueError(f"SamplingParams.backend={self.backend!r}: use one of {BACKENDS}")
+        if self.temperature <= 0:
+            raise ValueError(
+                "SamplingParams.temperature must be > 0 (use a small value for greedy)"
+            )
+        if not 0 < self.top_p <= 1:
+            raise ValueError("SamplingParams.top_p must be in (0, 1]")
+        if self.max_new_tokens < 1:
+            raise ValueError("SamplingParams.max_new_tokens must be >= 1")
+        return self
+
+
+@dataclass
+class GenerationOutput:
+    """Prompt + generated tokens, left-padded layout kept."""
+
+    output_ids: torch.Tensor  # [B, P + T]
+    attention_mask: torch.Tensor  # [B, P + T], 1 = real token
+    generated_mask: torch.Tensor  # [B, P + T], 1 = sampled token
+    logprobs: torch.Tensor  # [B, P + T], logprob of each sampled token, 0 elsewhere
+    generation_lengths: torch.Tensor  # [B]
+
+
+def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the smallest prefix of tokens whose probability mass reaches top_p."""
+    if top_p >= 1.0:
+        return logits
+    sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+    probs = torch.softmax(sorted_logits, dim=-1)
+    drop = probs.cumsum(dim=-1) - probs > top_p
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
+
+
+def sample_next(
+    logits: torch.Tensor,
+    params: SamplingParams,
+    vocab_size: int,
+    generator: torch.Generator | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one token per row from [B, V] fp32 next-token logits; (token, its logprob).
+
+    The logprob is under the temperature-scaled distribution over the real vocab (what the
+    logprob and training forwards score). Padded-vocab ids are at -inf, so never drawn.
+    The draw happens on the generator's device: a seeded generator gives the same tokens
+    whichever backend produced the logits (on CUDA pass a CUDA generator to avoid a copy).
+    """
+    logits = real_vocab_logits(logits / params.temperature, vocab_size)
+    logp = torch.log_softmax(logits, dim=-1)
+    probs = torch.softmax(_top_p_filter(logits, params.top_p), dim=-1)
+    if generator is not None and generator.device != probs.device:
+        token = torch.multinomial(probs.to(generator.device), 1, generator=generator)
+        token = token.to(probs.device).squeeze(-1)
+    else:
+        token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return token, logp.gather(-1, token[:, None]).squeeze(-1)
+
+
+class Rollout:
+    """Preallocated [B, P + max_new_tokens] buffers, filled one column per step.
+
+    A row is live until it samples a stop token; afterwards its columns hold the pad id with
+    mask 0, generated-mask 0 and logprob 0 (the recompute sampler's layout since the seed).
+    """
+
+    def __init__(
+        self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, params: SamplingParams
+    ) -> None:
+        batch, plen = prompt_ids.shape
+        width = plen + params.max_new_tokens
+        device = prompt_ids.device
+        self.params = params
+        self.prompt_len = plen
+        self.steps = 0
+        self.ids = torch.full((batch, width), params.pad_token_id, dtype=torch.long, device=device)
+        self.ids[:, :plen] = prompt_ids
+        self.mask = torch.zeros((batch, width), dtype=torch.long, device=device)
+        self.mask[:, :plen] = prompt_mask.long()
+        self.gen_mask = torch.zeros_like(self.mask)
+        self.logprobs = torch.zeros((batch, width), dtype=torch.float32, device=device)
+        self.done = torch.zeros(batch, dtype=torch.bool, device=device)
+        self.stops = torch.tensor(params.stop_token_ids, dtype=torch.long, device=device)
+
+    @property
+    def length(self) -> int:
+        """Columns filled so far (prompt + sampled)."""
+        return self.prompt_len + self.steps
+
+    def append(self, token: torch.Tensor, token_logp: torch.Tensor) -> bool:
+        """Write one sampled column; True when every row has stopped or the budget is spent."""
+        live = ~self.done
+        col = self.length
+        self.ids[:, col] = torch.where(
+            live, token, torch.full_like(token, self.params.pad_token_id)
+        )
+        self.mask[:, col] = live.long()
+        self.gen_mask[:, col] = live.long()
+        self.logprobs[:, col] = token_logp * live
+        self.done = self.done | (live & torch.isin(token, self.stops))
+        self.steps += 1
+        return self.steps >= self.params.max_new_tokens or bool(self.done.all())
+
+    def output(self) -> GenerationOutput:
+        """The filled columns only (as if built by concatenation)."""
+        n = self.length
+        gen = self.gen_mask[:, :n]
+        return GenerationOutput(
+            self.ids[:, :n], self.mask[:, :n], gen, self.logprobs[:, :n], gen.sum(dim=1)
+        )
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """Where the model's parameters live: every sampler tensor is created there."""
+    return next(model.parameters()).device

@@ -1,0 +1,79 @@
+"""KV-cache sampling on megatron-core's `StaticInferenceContext`: one prefill, then one token
+per forward.
+
+Each layer's attention writes its keys and values into the context's preallocated
+[max_len, B, ...] buffers at `sequence_len_offset` and attends over everything cached so far
+(core_v0.19 `Attention._adjust_key_value_for_inference`). So a decode step costs one token's
+forward plus attention over the cache, instead of the whole prefix (the recompute sampler).
+
+Left-padded prompts stay exact under the cache because the mask and positions are explicit at
+every step, as in the recompute forward (`forward.attention_inputs`):
+- prefill: the causal + key-padding mask over the prompt, positions counting real tokens;
+- decode: a [B, 1, 1, S] key-padding mask over all cached columns (pad columns and the
+  columns of rows that already stopped stay masked), the new token's position = the row's
+  real tokens before it.
+megatron-core's local attention applies a given mask as-is, and switches its mask type to
+`no_mask` once `sequence_len_offset > 0`, which only stops it from adding an implicit causal
+mask (a one-token query needs none).
+
+Every tensor is created on the model's device; nothing here differs between CPU and CUDA (the
+CPU redirects in `cpu.py` cover megatron's `torch.cuda.current_device()` buffer allocation).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mcore_grpo.worker.forward import attention_inputs, model_logits
+from mcore_grpo.worker.sampling import GenerationOutput, Rollout, SamplingParams, sample_next
+
+
+def cache_unsupported_reason(model: torch.nn.Module) -> str | None:
+    """Why the static cache cannot run for this model, or None.
+
+    Sequence parallelism splits the sequence across tensor-parallel ranks; a one-token decode
+    step cannot be split (megatron-core's own static engine turns it off for inference)."""
+    from megatron.core import parallel_state
+
+    config = getattr(model, "config", None)
+    tp = parallel_state.get_tensor_model_parallel_world_size()
+    if config is not None and getattr(config, "sequence_parallel", False) and tp > 1:
+        return "sequence parallelism cannot split a one-token decode step across TP ranks"
+    return None
+
+
+@torch.no_grad()
+def generate_static_cache(
+    model: torch.nn.Module,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    params: SamplingParams,
+    vocab_size: int,
+    generator: torch.Generator | None = None,
+) -> GenerationOutput:
+    """Sample up to `max_new_tokens` per row: prefill the prompt, then one-token decode steps
+    over the KV cache. Same semantics (and, for the same logits, the same draws) as
+    `recompute_sampler.generate_recompute`."""
+    from megatron.core.inference.contexts import StaticInferenceContext
+    from megatron.core.inference.utils import InferenceMode
+
+    rollout = Rollout(prompt_ids, prompt_mask, params)
+    batch, plen = prompt_ids.shape
+    context = StaticInferenceContext(batch, plen + params.max_new_tokens)
+    # InferenceMode: megatron-core materialises only the last position's logits (the static
+    # context is configured with materialize_only_last_token_logits), sparing a [P, B, V]
+    # output projection at prefill.
+    with InferenceMode.active():
+        positions, mask = attention_inputs(rollout.mask[:, :plen])
+        logits = model_logits(model, rollout.ids[:, :plen], positions, mask, context)
+        context.increment_sequence_len_offset(plen)
+        context.enable_decode_mode()
+        while not rollout.append(*sample_next(logits[:, -1, :], params, vocab_size, generator)):
+            n = rollout.length
+            valid = rollout.mask[:, :n]
+            # The new token's position counts the real tokens before it (as cumsum - 1 does).
+            position = (valid.sum(dim=1, keepdim=True) - 1).clamp(min=0)
+            key_padding = ~valid.bool()[:, None, None, :]
+            logits = model_logits(model, rollout.ids[:, n - 1 : n], position, key_padding, context)
+            context.increment_sequence_len_offset(1)
+    return rollout.output()

@@ -1,0 +1,61 @@
+"""The count-on task (long answers): targets and rewards worked out by hand, its preset."""
+
+from __future__ import annotations
+
+import pytest
+from mcore_grpo.grpo.config_loader import load_config
+from mcore_grpo.grpo.task import CountOnTask, build_task
+
+
+def _ids(task: CountOnTask, text: str) -> list[int]:
+    return list(task.tokenizer.encode(text).ids)
+
+
+def test_targets_hand_checked() -> None:
+    task = CountOnTask(max_addend=3, num_terms=6)
+    problem = task.problem(7, 3)
+    assert task.decode(problem.prompt_ids) == "<bos> + 3 = 7"
+    # 7+3=10 -> 0, 3, 6, 9, 12 -> 2, 15 -> 5, then <eos>.
+    assert task.decode(task.targets(problem)) == "0 3 6 9 2 5 <eos>"
+    assert task.max_response_tokens == 7
+
+
+def test_reward_hand_checked() -> None:
+    """Reward = (rule fraction + answer fraction) / 2 over the 7 positions (6 terms, <eos>)."""
+    task = CountOnTask(max_addend=3, num_terms=6)
+    problem = task.problem(7, 3)  # answer 0 3 6 9 2 5 <eos>
+    assert task.reward(_ids(task, "0 3 6 9 2 5 <eos>"), problem) == 1.0
+    # One slip (7 for 6), then +3 from it, no <eos>: rule 5/7 (0 3 . 0 3 6 .), answer 2/7.
+    assert task.reward(_ids(task, "0 3 7 0 3 6 9"), problem) == pytest.approx(7 / 14)
+    # Right terms, no <eos> (stopped at the length limit): 6/7 and 6/7.
+    assert task.reward(_ids(task, "0 3 6 9 2 5 8"), problem) == pytest.approx(6 / 7)
+    # Wrong first term (7 + 3 is 0, not 1), then +3: rule 6/7, answer only <eos> 1/7.
+    assert task.reward(_ids(task, "1 4 7 0 3 6 <eos>"), problem) == pytest.approx(7 / 14)
+    # A non-digit spoils its own position and the next: rule 1/7, answer 1/7.
+    assert task.reward(_ids(task, "0 <eos> 3"), problem) == pytest.approx(1 / 7)
+    # A cycle that ignores the prompt scores on the rule only where it is +3.
+    cycle = task.reward(_ids(task, "8 1 4 7 8 1 4"), task.problem(2, 3))
+    assert cycle == pytest.approx((4 / 7 + 0 / 7) / 2)
+    assert task.reward([], problem) == 0.0
+
+
+def test_problems_are_a_function_of_seed_and_step() -> None:
+    task = CountOnTask(max_addend=3, num_terms=20)
+    a = task.sample_problems(32, seed=1, step=5)
+    assert a == task.sample_problems(32, seed=1, step=5)
+    assert a != task.sample_problems(32, seed=1, step=6)
+    steps = {int(task.decode([p.prompt_ids[2]])) for p in a}
+    assert steps <= {1, 2, 3} and len(steps) > 1
+
+
+def test_build_task_and_preset() -> None:
+    cfg = load_config("cpu-count-on")
+    task = build_task(cfg.task.name, cfg.task.max_addend, cfg.task.num_terms)
+    assert isinstance(task, CountOnTask)
+    assert cfg.policy.generation.max_new_tokens == task.max_response_tokens == 21
+    prompt_len = max(len(p.prompt_ids) for p in task.all_problems())
+    assert prompt_len + task.max_response_tokens <= cfg.policy.max_total_sequence_length
+    with pytest.raises(ValueError, match="count-on"):
+        build_task("nope")
+    with pytest.raises(ValueError, match="num_terms"):
+        CountOnTask(num_terms=0)
