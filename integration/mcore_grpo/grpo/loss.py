@@ -299,16 +299,12 @@ def per_token_loss(logprobs: torch.Tensor, batch: Batch, cfg: ClippedPGLossConfi
     return clip_loss
 
 
-def loss_sum(logprobs: torch.Tensor, batch: Batch, cfg: ClippedPGLossConfig) -> torch.Tensor:
-    """Un-normalised microbatch sum (normalisation factors 1) of `clipped_pg_loss`.
-
-    Its gradient divided by the global `valid_count` is the loss's: the split train step
-    divides once. The KL term reads ``batch["reference_policy_logprobs"]`` ([B, S], like
-    ``prev_logprobs``); without it the loss has no KL term (allowed only at beta = 0).
-    """
+def _loss_sum_and_metrics(
+    logprobs: torch.Tensor, batch: Batch, cfg: ClippedPGLossConfig
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     old = previous_logprobs(logprobs, batch)
     reference = batch.get("reference_policy_logprobs")
-    loss, _ = clipped_pg_loss(
+    return clipped_pg_loss(
         logprobs,
         old,
         None if reference is None else reference[:, 1:],
@@ -318,7 +314,41 @@ def loss_sum(logprobs: torch.Tensor, batch: Batch, cfg: ClippedPGLossConfig) -> 
         global_valid_toks=1.0,
         global_valid_seqs=1.0,
     )
-    return loss
+
+
+def loss_sum(logprobs: torch.Tensor, batch: Batch, cfg: ClippedPGLossConfig) -> torch.Tensor:
+    """Un-normalised microbatch sum (normalisation factors 1) of `clipped_pg_loss`.
+
+    Its gradient divided by the global `valid_count` is the loss's: the split train step
+    divides once. The KL term reads ``batch["reference_policy_logprobs"]`` ([B, S], like
+    ``prev_logprobs``); without it the loss has no KL term (allowed only at beta = 0).
+    """
+    return _loss_sum_and_metrics(logprobs, batch, cfg)[0]
+
+
+class RecordingLossSum:
+    """`loss_sum` bound to `cfg` that also keeps the raw metric sums of what it ran.
+
+    The train step only sees the loss; NeMo-RL's per-microbatch metrics (``kl_penalty``,
+    ...) come from the same call, with normalisation factors 1 like the loss. `take`
+    returns the sums since the last `take`; divide each by the optimizer step's global
+    count that `metric_normalizers` names (what NeMo-RL's split step does).
+    """
+
+    def __init__(self, cfg: ClippedPGLossConfig) -> None:
+        self.cfg = cfg
+        self._sums: dict[str, float] = {}
+
+    def __call__(self, logprobs: torch.Tensor, batch: Batch) -> torch.Tensor:
+        loss, metrics = _loss_sum_and_metrics(logprobs, batch, self.cfg)
+        for name, value in metrics.items():
+            self._sums[name] = self._sums.get(name, 0.0) + float(value)
+        return loss
+
+    def take(self) -> dict[str, float]:
+        """Raw metric sums of the microbatches run since the last call; resets them."""
+        sums, self._sums = self._sums, {}
+        return sums
 
 
 def loss_sum_fn(cfg: ClippedPGLossConfig) -> LossSumFn:
