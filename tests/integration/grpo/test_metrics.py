@@ -7,6 +7,7 @@ import torch
 from mcore_grpo.grpo.loss import ClippedPGLossConfig, RecordingLossSum, clipped_pg_loss
 from mcore_grpo.grpo.messages import TrainResult
 from mcore_grpo.grpo.metrics import train_metrics
+from mcore_grpo.grpo.train_batch import logprob_sums
 
 
 def _result(**kw: list[float]) -> TrainResult:
@@ -77,3 +78,24 @@ def test_recorded_kl_penalty_is_unscaled_and_normalised_like_the_gradient() -> N
         global_valid_seqs=2,
     )
     assert float(metrics["kl_penalty"]) == pytest.approx(raw["kl_penalty"] / 2, rel=1e-6)
+
+
+def test_logprob_sums_kl_direction_hand_checked() -> None:
+    # KL(policy || reference) with k3 and logr = logp_ref - logp_policy (Schulman): policy
+    # logprob 0, reference log 2 on the one trained token -> k3 = 2 - 1 - log 2 = 0.3069.
+    # The other direction (logr = -log 2) would give 1/2 - 1 + log 2 = 0.1931; k1 would flip
+    # its sign. generation == policy: token_mult_prob_error sum = exp(0) = 1 per token.
+    log2 = 0.6931471805599453
+    batch = {
+        "token_mask": torch.tensor([[0, 0, 1]]),
+        "sample_mask": torch.ones(1),
+        "prev_logprobs": torch.zeros(1, 3),
+        "reference_policy_logprobs": torch.tensor([[0.0, 0.0, log2]]),
+        "generation_logprobs": torch.zeros(1, 3),
+    }
+    sums = logprob_sums(batch, ClippedPGLossConfig(reference_policy_kl_type="k3"))
+    assert sums.tokens == 1.0
+    assert sums.kl_sum == pytest.approx(1 - log2, rel=1e-6)
+    assert sums.prob_error_sum == pytest.approx(1.0)
+    k1 = logprob_sums(batch, ClippedPGLossConfig(reference_policy_kl_type="k1"))
+    assert k1.kl_sum == pytest.approx(-log2, rel=1e-6)
