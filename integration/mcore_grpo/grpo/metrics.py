@@ -137,7 +137,9 @@ def plot_metrics(records: Sequence[Mapping[str, Any]], png_path: Path, title: st
     ax_r.set_ylim(-0.02, 1.02)
     ax_r.grid(alpha=0.3)
     ax_r.legend(loc="lower right")
-    ax_l.plot(steps, losses, color="tab:red", marker=".", label="GRPO loss")
+    ax_l.plot(
+        steps, losses, color="tab:red", marker=".", label="GRPO loss (sum over optimizer steps)"
+    )
     ax_l.axhline(0.0, color="grey", lw=0.5)
     ax_l.set_ylabel("loss")
     ax_l.set_xlabel("GRPO step")
