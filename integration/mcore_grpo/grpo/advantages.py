@@ -59,14 +59,15 @@ def group_advantages(
     leave_one_out: bool = True,
     normalize: bool = True,
 ) -> torch.Tensor:
-    """GRPO advantages, one per sample (shape [B], float32).
+    """GRPO advantages, one per sample (shape [B], the dtype of `rewards`; computed in float64).
 
-    `normalize` divides by the group's std where it is non-zero (NeMo-RL's
-    ``grpo.normalize_rewards``); `leave_one_out` is ``grpo.use_leave_one_out_baseline``.
+    `normalize` divides by the group's std where it is non-zero; `leave_one_out` uses the
+    leave-one-out baseline. The run config's ``grpo.adv_estimator.normalize_rewards`` and
+    ``grpo.adv_estimator.use_leave_one_out_baseline`` (NeMo-RL's keys) choose them.
     """
     baseline, std = baseline_and_std(rewards, group_ids, leave_one_out=leave_one_out)
     advantages = rewards.to(torch.float64) - baseline
     if normalize:
         nonzero = std > 0
         advantages[nonzero] = advantages[nonzero] / (std[nonzero] + _EPSILON)
-    return advantages.to(torch.float32)
+    return advantages.to(rewards.dtype if rewards.is_floating_point() else torch.float32)

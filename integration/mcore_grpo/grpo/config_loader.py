@@ -17,7 +17,13 @@ from typing import Any
 
 import yaml
 
-from mcore_grpo.grpo.schema import ConfigError, RunConfig, validate
+from mcore_grpo.grpo.schema import (
+    INTERPOLATED_DEFAULTS,
+    ConfigError,
+    RunConfig,
+    check_refused_key,
+    validate,
+)
 
 PRESET_PACKAGE = "mcore_grpo.presets"
 DEFAULT_PRESET = "cpu-tiny"
@@ -192,6 +198,10 @@ def _build(cls: type, data: dict[str, Any], prefix: str, where: str) -> Any:
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         dotted = f"{prefix}{key}"
+        if check_refused_key(dotted, value, where):
+            continue
+        if INTERPOLATED_DEFAULTS.get(dotted) == value:
+            value = None  # NeMo-RL's `${grpo.<same key>}`: follow the grpo.* value.
         if key not in hints:
             raise _unknown_key_error(dotted, where)
         tp = hints[key]
@@ -224,6 +234,8 @@ def load_config(
     _build(RunConfig, data, "", where)  # Report file errors before override errors.
     for text in overrides:
         key, value = parse_override(text)
+        if check_refused_key(key, value, f"override {text!r}"):
+            continue
         if key not in valid_keys():
             if any(k.startswith(f"{key}.") for k in valid_keys()):
                 raise ConfigError(

@@ -28,7 +28,13 @@ from mcore_grpo.grpo import checkpoint
 from mcore_grpo.grpo.advantages import group_advantages
 from mcore_grpo.grpo.config_loader import dump_yaml
 from mcore_grpo.grpo.messages import GenerateResult, GroupSpec, TrainResult, TrainShard
-from mcore_grpo.grpo.metrics import MetricsWriter, plot_metrics, read_metrics, step_line
+from mcore_grpo.grpo.metrics import (
+    MetricsWriter,
+    plot_metrics,
+    read_metrics,
+    step_line,
+    train_metrics,
+)
 from mcore_grpo.grpo.runner import Runner
 from mcore_grpo.grpo.schema import RunConfig, check_data_parallel
 from mcore_grpo.grpo.task import DigitAddTask, Problem
@@ -134,8 +140,8 @@ class GRPOLoop:
         advantages = group_advantages(
             rewards,
             group_ids,
-            leave_one_out=cfg.grpo.use_leave_one_out_baseline,
-            normalize=cfg.grpo.normalize_rewards,
+            leave_one_out=cfg.grpo.advantage_leave_one_out,
+            normalize=cfg.grpo.advantage_normalize_rewards,
         )
 
         rank_shards = self._train_shards(sample_problems, responses, advantages, gen_logprobs)
@@ -143,20 +149,13 @@ class GRPOLoop:
             "train", [(step, shards, self.seq_len) for shards in rank_shards]
         )
         replica_results = self.layout.per_replica(results)
-        kl_tokens = sum(r.tokens for r in replica_results)
-        kl = sum(r.kl_sum for r in replica_results) / max(kl_tokens, 1.0)
-        losses = results[0].loss  # already reduced over DP by the train step
         exact = float((rewards == 1.0).float().mean())
         record = {
             "step": step,
             "reward_mean": float(rewards.mean()),
             "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
             "accuracy": exact,
-            "loss": sum(losses) / len(losses),
-            "kl": kl,
-            "token_mult_prob_error": sum(r.prob_error_sum for r in replica_results)
-            / max(kl_tokens, 1.0),
-            "grad_norm": sum(results[0].grad_norm) / len(losses),
+            **train_metrics(replica_results),
             "response_tokens_mean": sum(len(r) for r in responses) / len(responses),
             "generation_time_s": generation_time,
             "logprob_time_s": max(r.logprob_time_s for r in results),

@@ -1,19 +1,29 @@
 """Clipped policy-gradient loss with a KL penalty to the reference policy.
 
-Same formula as NeMo-RL's `ClippedPGLossFn` (nemo_rl/algorithms/loss/loss_functions.py) for
-the GRPO settings this project uses (no importance-sampling correction, no CISPO/GSPO):
+NeMo-RL's `ClippedPGLossFn` (nemo_rl/algorithms/loss/loss_functions.py) at the NeMo-RL pin
+7ea279ab, value AND gradient, for the GRPO options this project accepts (no
+importance-sampling correction, no CISPO/GSPO, no on-policy KL approximation). It includes
+NeMo-RL commit 33bce20d7 ("fix: KL backward in GRPO", #2506): the per-token KL estimate is
+multiplied by ``exp(logp - logp.detach())`` (value 1) before the output clamp, so its
+gradient carries the score-function term ``k_t * grad(logp_t)`` of a KL whose samples come
+from the policy being optimised (https://arxiv.org/abs/2506.09477):
 
     L = E_t[ max(-A_t * r_t, -A_t * clip(r_t, 1 - eps_low, 1 + eps_high)) ]
-        + beta * E_t[ KL_k3(pi_theta || pi_ref) ]        with r_t = exp(logp_t - logp_old_t)
+        + beta * E_t[ w_t * KL_k(pi_theta || pi_ref) ]     r_t = exp(logp_t - logp_old_t)
+                                                           w_t = exp(logp_t - sg(logp_t))
 
 optionally with dual clipping (``ratio_clip_c``) for negative advantages. The per-token KL
-estimator is Schulman's k1/k2/k3 with NeMo-RL's input and output clamps.
+estimator is Schulman's k1/k2/k3 with NeMo-RL's input and output clamps; a clamped token
+contributes no KL gradient (NeMo-RL detaches the weight where the input clamp acts).
+`tests/integration/grpo/test_nemo_rl_parity.py` checks all of this against NeMo-RL's own code.
 
-Normalisation is global, not per microbatch: token-level loss divides the masked sum by the
-number of valid tokens in the *whole* optimizer step (all microbatches, all data-parallel
-ranks); sequence-level loss averages each sequence over its tokens and divides by the global
-number of valid sequences. The caller passes those global counts, so summing the microbatch
-losses gives exactly the full-batch mean and gradient accumulation needs no rescaling.
+Normalisation is global, not per microbatch, with NeMo-RL's ``masked_mean`` (its ``+1e-8``
+in the denominator included): token-level loss divides the masked sum by the number of
+valid tokens in the *whole* optimizer step (all microbatches, all data-parallel ranks);
+sequence-level loss averages each sequence over its tokens and divides by the global
+number of valid sequences. The caller passes those global counts, so summing the
+microbatch losses gives exactly the full-batch mean and gradient accumulation needs no
+rescaling.
 
 This is the ONE GRPO loss of the project. The split train step differentiates it through
 `loss_sum_fn` (normalisation factors 1; the step divides once by the global
@@ -66,15 +76,24 @@ def calculate_kl(
     kl_type: str = "k3",
     input_clamp_value: float | None = 20.0,
     output_clamp_value: float | None = 10.0,
+    importance_sampling_weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per-token KL(pi || pi_ref) estimate from the sampled tokens' logprobs.
 
     http://joschu.net/blog/kl-approx.html with ``logr = logp_ref - logp``:
     k1 = -logr, k2 = logr^2 / 2, k3 = exp(logr) - 1 - logr (unbiased and >= 0).
+    `importance_sampling_weights` multiply the estimate before the output clamp; where the
+    input clamp acts they are detached, so a clamped token has no gradient at all (NeMo-RL's
+    `nemo_rl.algorithms.utils.calculate_kl`).
     """
     logr = logprobs_reference - logprobs
     if input_clamp_value is not None:
-        logr = logr.clamp(min=-input_clamp_value, max=input_clamp_value)
+        clamped = logr.clamp(min=-input_clamp_value, max=input_clamp_value)
+        if importance_sampling_weights is not None:
+            importance_sampling_weights = torch.where(
+                logr == clamped, importance_sampling_weights, importance_sampling_weights.detach()
+            )
+        logr = clamped
     if kl_type == "k1":
         kl = -logr
     elif kl_type == "k2":
@@ -83,9 +102,37 @@ def calculate_kl(
         kl = torch.exp(logr) - 1 - logr
     else:
         raise ValueError(f"kl_type={kl_type!r}: use one of {', '.join(KL_TYPES)}")
+    if importance_sampling_weights is not None:
+        kl = importance_sampling_weights * kl
     if output_clamp_value is not None:
         kl = kl.clamp(min=-output_clamp_value, max=output_clamp_value)
     return kl
+
+
+def on_policy_kl_weights(logprobs: torch.Tensor) -> torch.Tensor:
+    """``exp(logp - logp.detach())``: value 1, gradient ``grad(logp)`` (NeMo-RL #2506).
+
+    The KL samples are drawn from the policy being optimised, so the gradient of the
+    expected KL has a score-function term ``k_t * grad(logp_t)`` besides ``grad(k_t)``;
+    multiplying the estimate by this weight adds exactly that term.
+    """
+    weights = torch.exp(logprobs - logprobs.detach())
+    return torch.nan_to_num(weights, nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def masked_mean(
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    dim: int | None = None,
+    global_normalization_factor: float | torch.Tensor | None = None,
+) -> torch.Tensor:
+    """NeMo-RL's `masked_mean`: masked sum / (count or the given global factor + 1e-8)."""
+    factor = (
+        mask.sum(dim=dim) if global_normalization_factor is None else global_normalization_factor
+    )
+    if dim is None:
+        return (values * mask).sum() / (factor + 1e-8)
+    return (values * mask).sum(dim=dim) / (factor + 1e-8)
 
 
 def _reduce(
@@ -95,12 +142,13 @@ def _reduce(
     global_valid_toks: float | torch.Tensor,
     global_valid_seqs: float | torch.Tensor,
 ) -> torch.Tensor:
-    """Masked sum normalised by the global token count, or by the global sequence count."""
+    """Masked mean over the global token count, or of the per-sequence means over the global
+    sequence count (a sequence without valid tokens contributes 0, as in NeMo-RL)."""
     if token_level:
-        return (per_token * mask).sum() / global_valid_toks
-    tokens_per_seq = mask.sum(dim=-1)
-    seq_mean = (per_token * mask).sum(dim=-1) / tokens_per_seq.clamp(min=1)
-    return (seq_mean * (tokens_per_seq > 0)).sum() / global_valid_seqs
+        return masked_mean(per_token, mask, global_normalization_factor=global_valid_toks)
+    seq_mean = masked_mean(per_token, mask, dim=-1)
+    has_tokens = (mask.sum(dim=-1) > 0).to(per_token.dtype)
+    return masked_mean(seq_mean, has_tokens, global_normalization_factor=global_valid_seqs)
 
 
 def clipped_token_loss(
@@ -142,44 +190,69 @@ def clipped_pg_loss(
 
     All tensors are aligned on generated-token positions, shape [B, T]: `logprobs` (current
     policy, with grad), `prev_logprobs` (policy before this step), `reference_logprobs`
-    (None: no KL term, which needs ``reference_policy_kl_penalty == 0``), `mask` (1 where a
-    response token is scored). `advantages` is [B] or [B, T].
-    Returns the loss and detached metric terms (each normalised like the loss, so they too
-    sum over microbatches): ``actor_loss``, ``kl_penalty``, ``kl`` (unscaled KL estimate),
-    ``clip_fraction`` (share of tokens the clip decided, token-normalised).
+    (the reference policy's; read only when ``reference_policy_kl_penalty != 0``, as in
+    NeMo-RL), `mask` (1 where a response token is scored). `advantages` is [B] or [B, T].
+    Returns the loss and detached metrics under NeMo-RL's names and meanings, each divided
+    by the global count `METRIC_NORMALIZERS` names, so they too sum over microbatches:
+    ``loss``, ``kl_penalty`` (the UNSCALED KL estimate; 0 when beta is 0), ``probs_ratio``,
+    ``probs_ratio_clamped``, ``num_valid_samples`` (a raw count), plus this project's
+    ``clip_fraction`` (share of tokens the clip decided; not a NeMo-RL metric).
     """
     mask = mask.to(logprobs.dtype)
     clip_loss, was_clipped = clipped_token_loss(logprobs, prev_logprobs, advantages, cfg)
     token_level = cfg.token_level_loss
     actor_loss = _reduce(clip_loss, mask, token_level, global_valid_toks, global_valid_seqs)
-    if reference_logprobs is None:
-        if cfg.reference_policy_kl_penalty != 0:
-            raise ValueError(
-                "clipped_pg_loss: loss_fn.reference_policy_kl_penalty="
-                f"{cfg.reference_policy_kl_penalty} needs the reference policy's logprobs "
-                "(batch['reference_policy_logprobs'])"
-            )
+    beta = cfg.reference_policy_kl_penalty
+    if beta == 0:
         loss = actor_loss
-        kl = kl_penalty = torch.zeros((), dtype=actor_loss.dtype, device=actor_loss.device)
+        kl = torch.zeros((), dtype=actor_loss.dtype, device=actor_loss.device)
     else:
+        if reference_logprobs is None:
+            raise ValueError(
+                f"clipped_pg_loss: loss_fn.reference_policy_kl_penalty={beta} needs the "
+                "reference policy's logprobs (batch['reference_policy_logprobs'])"
+            )
         kl_tokens = calculate_kl(
             logprobs,
             reference_logprobs,
             cfg.reference_policy_kl_type,
             cfg.kl_input_clamp_value,
             cfg.kl_output_clamp_value,
+            importance_sampling_weights=on_policy_kl_weights(logprobs),
         )
         kl = _reduce(kl_tokens, mask, token_level, global_valid_toks, global_valid_seqs)
-        kl_penalty = cfg.reference_policy_kl_penalty * kl
-        loss = actor_loss + kl_penalty
+        loss = actor_loss + beta * kl
 
-    metrics = {
-        "actor_loss": actor_loss.detach(),
-        "kl_penalty": kl_penalty.detach(),
-        "kl": kl.detach(),
-        "clip_fraction": ((was_clipped * mask).sum() / global_valid_toks).detach(),
-    }
+    with torch.no_grad():
+        ratios = torch.exp(logprobs - prev_logprobs)
+        clamped = ratios.clamp(1.0 - cfg.ratio_clip_min, 1.0 + cfg.ratio_clip_max)
+        toks = global_valid_toks
+        metrics = {
+            "loss": loss.detach(),
+            "actor_loss": actor_loss.detach(),
+            "kl_penalty": kl.detach(),
+            "probs_ratio": masked_mean(ratios, mask, global_normalization_factor=toks),
+            "probs_ratio_clamped": masked_mean(clamped, mask, global_normalization_factor=toks),
+            "num_valid_samples": (mask.sum(dim=-1) > 0).sum().to(loss.dtype),
+            "clip_fraction": masked_mean(was_clipped, mask, global_normalization_factor=toks),
+        }
     return loss, metrics
+
+
+def metric_normalizers(cfg: ClippedPGLossConfig) -> dict[str, str]:
+    """Which global count each metric of `clipped_pg_loss` is divided by: ``"tokens"``,
+    ``"sequences"`` or ``"none"`` (NeMo-RL's `ClippedPGLossFn.metric_normalizations`), so a
+    caller that ran it with factors 1 can rescale each metric once per optimizer step."""
+    grad = "tokens" if cfg.token_level_loss else "sequences"
+    return {
+        "loss": grad,
+        "actor_loss": grad,
+        "kl_penalty": grad,
+        "probs_ratio": "tokens",
+        "probs_ratio_clamped": "tokens",
+        "num_valid_samples": "none",
+        "clip_fraction": "tokens",
+    }
 
 
 # ---- the loss over a worker batch (the train step's `LossSumFn`) --------------------------
@@ -226,16 +299,12 @@ def per_token_loss(logprobs: torch.Tensor, batch: Batch, cfg: ClippedPGLossConfi
     return clip_loss
 
 
-def loss_sum(logprobs: torch.Tensor, batch: Batch, cfg: ClippedPGLossConfig) -> torch.Tensor:
-    """Un-normalised microbatch sum (normalisation factors 1) of `clipped_pg_loss`.
-
-    Its gradient divided by the global `valid_count` is the loss's: the split train step
-    divides once. The KL term reads ``batch["reference_policy_logprobs"]`` ([B, S], like
-    ``prev_logprobs``); without it the loss has no KL term (allowed only at beta = 0).
-    """
+def _loss_sum_and_metrics(
+    logprobs: torch.Tensor, batch: Batch, cfg: ClippedPGLossConfig
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     old = previous_logprobs(logprobs, batch)
     reference = batch.get("reference_policy_logprobs")
-    loss, _ = clipped_pg_loss(
+    return clipped_pg_loss(
         logprobs,
         old,
         None if reference is None else reference[:, 1:],
@@ -245,7 +314,41 @@ def loss_sum(logprobs: torch.Tensor, batch: Batch, cfg: ClippedPGLossConfig) -> 
         global_valid_toks=1.0,
         global_valid_seqs=1.0,
     )
-    return loss
+
+
+def loss_sum(logprobs: torch.Tensor, batch: Batch, cfg: ClippedPGLossConfig) -> torch.Tensor:
+    """Un-normalised microbatch sum (normalisation factors 1) of `clipped_pg_loss`.
+
+    Its gradient divided by the global `valid_count` is the loss's: the split train step
+    divides once. The KL term reads ``batch["reference_policy_logprobs"]`` ([B, S], like
+    ``prev_logprobs``); without it the loss has no KL term (allowed only at beta = 0).
+    """
+    return _loss_sum_and_metrics(logprobs, batch, cfg)[0]
+
+
+class RecordingLossSum:
+    """`loss_sum` bound to `cfg` that also keeps the raw metric sums of what it ran.
+
+    The train step only sees the loss; NeMo-RL's per-microbatch metrics (``kl_penalty``,
+    ...) come from the same call, with normalisation factors 1 like the loss. `take`
+    returns the sums since the last `take`; divide each by the optimizer step's global
+    count that `metric_normalizers` names (what NeMo-RL's split step does).
+    """
+
+    def __init__(self, cfg: ClippedPGLossConfig) -> None:
+        self.cfg = cfg
+        self._sums: dict[str, float] = {}
+
+    def __call__(self, logprobs: torch.Tensor, batch: Batch) -> torch.Tensor:
+        loss, metrics = _loss_sum_and_metrics(logprobs, batch, self.cfg)
+        for name, value in metrics.items():
+            self._sums[name] = self._sums.get(name, 0.0) + float(value)
+        return loss
+
+    def take(self) -> dict[str, float]:
+        """Raw metric sums of the microbatches run since the last call; resets them."""
+        sums, self._sums = self._sums, {}
+        return sums
 
 
 def loss_sum_fn(cfg: ClippedPGLossConfig) -> LossSumFn:

@@ -52,14 +52,17 @@ class TrainShard:
 class TrainResult:
     """One rank's part of a GRPO step's training, for the driver to reduce over replicas.
 
-    `kl_sum` and `prob_error_sum` are sums over this rank's response tokens (`tokens` of
-    them); `loss` and `grad_norm` have one entry per optimizer step, already reduced over
-    data parallelism by the train step.
+    Every list has one entry per optimizer step. `kl_sum` and `prob_error_sum` are sums over
+    this rank's response tokens of that step (`tokens` of them); `kl_penalty` is this rank's
+    share of NeMo-RL's metric (its microbatches' unscaled KL sums divided by the step's
+    global count); `loss` and `grad_norm` are already reduced over data parallelism by the
+    train step.
     """
 
-    kl_sum: float
-    prob_error_sum: float
-    tokens: float
+    kl_sum: list[float]
+    prob_error_sum: list[float]
+    tokens: list[float]
+    kl_penalty: list[float]
     loss: list[float]
     grad_norm: list[float]
     logprob_time_s: float

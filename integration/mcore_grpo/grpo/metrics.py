@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from mcore_grpo.grpo.messages import TrainResult
+
 # Keys every metrics.jsonl record carries (the issue's contract plus the time split).
 REQUIRED_KEYS = (
     "step",
@@ -20,6 +22,40 @@ REQUIRED_KEYS = (
     "logprob_time_s",
     "training_time_s",
 )
+
+
+def train_metrics(replica_results: Sequence[TrainResult]) -> dict[str, float]:
+    """The training metrics of one GRPO step from one `TrainResult` per data-parallel replica.
+
+    NeMo-RL's names, meanings and aggregation (grpo.py ~3491 sums every per-microbatch metric
+    over microbatches, replicas AND optimizer steps; each microbatch value is already
+    divided by its optimizer step's global count):
+
+    - ``loss``: the sum over optimizer steps of each step's global loss;
+    - ``kl_penalty``: the same sum of the UNSCALED KL term of the loss (with the current
+      policy's logprobs, as the loss saw them; 0 when beta = 0);
+    - ``token_mult_prob_error``: the same sum of each step's mean of
+      ``exp(|logp_train - logp_generation|)`` (1.0 per optimizer step = identical);
+    - ``grad_norm``: the last optimizer step's gradient norm (NeMo-RL's worker reports one).
+
+    ``kl`` is this project's own: the mean KL of the policy to the reference over all
+    response tokens of the step, BEFORE its update (the k-type of ``loss_fn``).
+    """
+    steps = len(replica_results[0].loss)
+    tokens = [sum(r.tokens[k] for r in replica_results) for k in range(steps)]
+    prob_error = sum(
+        sum(r.prob_error_sum[k] for r in replica_results) / max(tokens[k], 1.0)
+        for k in range(steps)
+    )
+    kl_sum = sum(sum(r.kl_sum) for r in replica_results)
+    return {
+        "loss": sum(replica_results[0].loss),  # already reduced over replicas
+        "kl_penalty": sum(sum(r.kl_penalty) for r in replica_results),
+        "kl": kl_sum / max(sum(tokens), 1.0),
+        "token_mult_prob_error": prob_error,
+        "grad_norm": replica_results[0].grad_norm[-1],
+        "optimizer_steps": float(steps),
+    }
 
 
 class MetricsWriter:
@@ -101,7 +137,9 @@ def plot_metrics(records: Sequence[Mapping[str, Any]], png_path: Path, title: st
     ax_r.set_ylim(-0.02, 1.02)
     ax_r.grid(alpha=0.3)
     ax_r.legend(loc="lower right")
-    ax_l.plot(steps, losses, color="tab:red", marker=".", label="GRPO loss")
+    ax_l.plot(
+        steps, losses, color="tab:red", marker=".", label="GRPO loss (sum over optimizer steps)"
+    )
     ax_l.axhline(0.0, color="grey", lw=0.5)
     ax_l.set_ylabel("loss")
     ax_l.set_xlabel("GRPO step")

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from mcore_grpo.grpo.loss import loss_sum_fn
+from mcore_grpo.grpo.loss import RecordingLossSum
 from mcore_grpo.grpo.messages import GenerateResult, GroupSpec, TaskTokens, TrainResult, TrainShard
 from mcore_grpo.grpo.schema import RunConfig
 from mcore_grpo.grpo.train_batch import logprob_sums, shard_batch
@@ -77,9 +77,8 @@ class PolicyRank:
             )
         from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 
-        self.worker = MegatronPolicyWorker(
-            worker_config(config, tokens), loss_sum_fn=loss_sum_fn(config.loss_fn)
-        )
+        self.loss = RecordingLossSum(config.loss_fn)
+        self.worker = MegatronPolicyWorker(worker_config(config, tokens), loss_sum_fn=self.loss)
         self.sampling = sampling_params(config, tokens)
 
     def ready(self) -> int:
@@ -135,25 +134,29 @@ class PolicyRank:
         batches = [shard_batch(s, seq_len, self.tokens.pad_id, self.worker.device) for s in shards]
         start = time.perf_counter()
         self.worker.prepare_for_lp_inference()
-        kl_sum = 0.0
-        tokens = 0.0
-        prob_error_sum = 0.0
+        sums = []
         for batch in batches:
             batch["prev_logprobs"] = self._logprobs(batch, reference=False)
             batch["reference_policy_logprobs"] = self._logprobs(batch, reference=True)
-            sums = logprob_sums(batch, self.config.loss_fn)
-            kl_sum += sums.kl_sum
-            tokens += sums.tokens
-            prob_error_sum += sums.prob_error_sum
+            sums.append(logprob_sums(batch, self.config.loss_fn))
         logprob_time = time.perf_counter() - start
         start = time.perf_counter()
         self.worker.prepare_for_training()
-        step_metrics = [self.worker.train(batch) for batch in batches]
+        step_metrics = []
+        kl_penalty = []
+        for batch in batches:
+            self.loss.take()  # nothing from outside this optimizer step
+            metrics = self.worker.train(batch)
+            step_metrics.append(metrics)
+            # kl_penalty is normalised like the gradient: by the step's global count.
+            count = metrics["global_valid"]
+            kl_penalty.append(self.loss.take().get("kl_penalty", 0.0) / count if count else 0.0)
         training_time = time.perf_counter() - start
         return TrainResult(
-            kl_sum=kl_sum,
-            prob_error_sum=prob_error_sum,
-            tokens=tokens,
+            kl_sum=[s.kl_sum for s in sums],
+            prob_error_sum=[s.prob_error_sum for s in sums],
+            tokens=[s.tokens for s in sums],
+            kl_penalty=kl_penalty,
             loss=[m["global_loss"] for m in step_metrics],
             grad_norm=[m["grad_norm"] for m in step_metrics],
             logprob_time_s=logprob_time,

@@ -172,3 +172,50 @@ def test_settings_the_cpu_worker_cannot_honour_are_refused(override: str, error:
     config = load_config("cpu-tiny", overrides=[override])
     with pytest.raises((ValueError, NotImplementedError), match=error):
         worker_config(config, TaskTokens(vocab_size=15, pad_id=0, eos_id=1)).validate()
+
+
+def test_adv_estimator_keys_follow_nemo_rl_precedence(tmp_path: Path) -> None:
+    """grpo.adv_estimator.* wins when set; unset (or NeMo-RL's `${grpo.*}` text) it follows
+    grpo.* -- the precedence of NeMo-RL's examples/configs/grpo_math_1B.yaml."""
+    cfg = load_config(overrides=["grpo.normalize_rewards=false"])
+    assert (cfg.grpo.advantage_normalize_rewards, cfg.grpo.advantage_leave_one_out) == (False, True)
+    cfg = load_config(
+        overrides=[
+            "grpo.normalize_rewards=false",
+            "grpo.adv_estimator.normalize_rewards=true",
+            "grpo.adv_estimator.use_leave_one_out_baseline=false",
+        ]
+    )
+    assert (cfg.grpo.advantage_normalize_rewards, cfg.grpo.advantage_leave_one_out) == (True, False)
+    nemo_rl_style = tmp_path / "nemo_rl_style.yaml"
+    nemo_rl_style.write_text(
+        "defaults: cpu-tiny\n"
+        "grpo:\n"
+        "  use_leave_one_out_baseline: false\n"
+        "  adv_estimator:\n"
+        '    name: "grpo"\n'
+        "    normalize_rewards: ${grpo.normalize_rewards}\n"
+        "    use_leave_one_out_baseline: ${grpo.use_leave_one_out_baseline}\n"
+        "    minus_baseline: true\n"
+        "loss_fn:\n"
+        "  use_importance_sampling_correction: false\n"
+        "  truncated_importance_sampling_ratio: null\n"
+    )
+    cfg = load_config(None, nemo_rl_style)
+    assert (cfg.grpo.advantage_normalize_rewards, cfg.grpo.advantage_leave_one_out) == (True, False)
+
+
+@pytest.mark.parametrize(
+    ("override", "reason"),
+    [
+        ("grpo.adv_estimator.name=reinforce_plus_plus", r"only NeMo-RL's 'grpo' estimator"),
+        ("grpo.adv_estimator.reward_weights=[1, 2]", r"refused: read only by NeMo-RL's GDPO"),
+        ("loss_fn.use_importance_sampling_correction=true", r"refused: the sampler here is"),
+        ("loss_fn.use_cispo=true", r"refused: CISPO is not implemented"),
+        ("loss_fn.use_kl_in_reward=true", r"refused: the KL-in-reward path"),
+        ("loss_fn.positive_example_nll_weight=0.1", r"default .*=0.0 is accepted"),
+    ],
+)
+def test_nemo_rl_keys_we_differ_on_are_refused_with_the_reason(override: str, reason: str) -> None:
+    with pytest.raises(ConfigError, match=reason):
+        load_config(overrides=[override])

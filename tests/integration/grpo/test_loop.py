@@ -54,7 +54,14 @@ def test_cpu_preset_short_end_to_end_and_resume(tmp_path: Path, short: list[str]
         assert 0.0 <= record["reward_mean"] <= 1.0
     assert records[0]["kl"] == 0.0  # the policy is the reference before the first update
     assert records[-1]["kl"] > 0.0  # ... and has moved away from it after two steps
-    assert records[0]["token_mult_prob_error"] == pytest.approx(1.0, abs=1e-4)
+    # NeMo-RL's aggregation: summed over the step's optimizer steps (16 samples / 8 = 2),
+    # each 1.0 when the training logprobs equal the sampler's.
+    assert records[0]["optimizer_steps"] == 2
+    assert records[0]["token_mult_prob_error"] == pytest.approx(2.0, abs=2e-4)
+    # NeMo-RL's kl_penalty: the loss's unscaled KL with the CURRENT policy, summed over the
+    # optimizer steps (so > 0 once the policy has moved).
+    assert records[0]["kl_penalty"] >= 0.0
+    assert records[-1]["kl_penalty"] > 0.0
     assert result.plot_path is not None and result.plot_path.stat().st_size > 10_000
     point = find_latest(out)
     assert point.step == 3 and point.path.name == "step_000003"

@@ -109,10 +109,12 @@ def test_sequence_level_normalisation_hand_checked() -> None:
 
 
 def test_kl_penalty_and_gradient() -> None:
-    # A = 0 so only the KL term is left: beta * k3 with logr = log 2 on both tokens.
+    # A = 0 so only the KL term is left: beta * k3 with logr = logp_ref - logp = log 2 on
+    # both tokens. Value: k3 = 2 - 1 - log 2 per token, mean over the 2 tokens.
     cur = torch.zeros(1, 2, requires_grad=True)
     ref = torch.full((1, 2), math.log(2.0))
-    cfg = ClippedPGLossConfig(reference_policy_kl_penalty=0.1)
+    beta = 0.1
+    cfg = ClippedPGLossConfig(reference_policy_kl_penalty=beta)
     loss, m = clipped_pg_loss(
         cur,
         cur.detach(),
@@ -124,12 +126,43 @@ def test_kl_penalty_and_gradient() -> None:
         global_valid_seqs=1,
     )
     k3 = 2 - 1 - math.log(2)
-    assert m["kl"].item() == pytest.approx(k3)
-    assert loss.item() == pytest.approx(0.1 * k3)
+    assert m["kl_penalty"].item() == pytest.approx(k3)  # NeMo-RL's metric: the UNSCALED KL
+    assert loss.item() == pytest.approx(beta * k3)
     loss.backward()
-    # d/dlogp [exp(ref - logp) - 1 - (ref - logp)] = -exp(logr) + 1 = -1; times beta / 2 tokens.
+    # The tokens are samples of the policy being optimised, so the gradient of the expected
+    # KL, grad E_{a~pi}[k(a)] = E[k(a) grad logp(a) + grad k(a)], has a score-function term
+    # (NeMo-RL #2506, https://arxiv.org/abs/2506.09477). Per token, by hand:
+    #   k(a) * dlogp/dlogp = k3 = 1 - log 2
+    #   dk3/dlogp = d/dlogp [exp(ref - logp) - 1 - (ref - logp)] = -exp(log 2) + 1 = -1
+    # sum = -log 2; times beta / 2 tokens = -0.05 log 2 = -0.034657 (NeMo-RL: -0.0347; the
+    # pre-#2506 gradient without the score term was -0.05).
     assert cur.grad is not None
-    torch.testing.assert_close(cur.grad, torch.full((1, 2), -0.05))
+    expected = beta / 2 * ((1 - math.log(2)) + (1 - 2.0))
+    assert expected == pytest.approx(-0.034657, abs=1e-6)
+    torch.testing.assert_close(cur.grad, torch.full((1, 2), expected))
+
+
+def test_clamped_kl_tokens_have_no_gradient() -> None:
+    # Token 0: logr = 30 > input clamp 20 -> KL constant, weight detached: no gradient.
+    # Token 1: k3 at logr = 15 is e^15 - 16 > output clamp 10 -> clamped: no gradient.
+    # Token 2: unclamped, logr = 0: k3 = 0 and dk3/dlogp = 1 - e^0 = 0: no gradient either;
+    # token 3: logr = log 2 as above: beta / 4 tokens * (1 - log 2 - 1).
+    cur = torch.zeros(1, 4, requires_grad=True)
+    ref = torch.tensor([[30.0, 15.0, 0.0, math.log(2.0)]])
+    loss, m = clipped_pg_loss(
+        cur,
+        cur.detach(),
+        ref,
+        torch.zeros(1),
+        torch.ones(1, 4),
+        ClippedPGLossConfig(reference_policy_kl_penalty=0.1),
+        global_valid_toks=4,
+        global_valid_seqs=1,
+    )
+    assert m["kl_penalty"].item() == pytest.approx((10 + 10 + 0 + 1 - math.log(2)) / 4)
+    loss.backward()
+    assert cur.grad is not None
+    torch.testing.assert_close(cur.grad, torch.tensor([[0.0, 0.0, 0.0, -0.1 * math.log(2) / 4]]))
 
 
 def test_microbatch_losses_sum_to_full_batch() -> None:

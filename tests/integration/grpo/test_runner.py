@@ -54,7 +54,7 @@ def test_two_ray_workers_match_one_worker(
         assert a["reward_mean"] == b["reward_mean"]
         assert a["response_tokens_mean"] == b["response_tokens_mean"]
         # ... and the same loss, KL and gradient norm up to float reassociation.
-        for key in ("loss", "kl", "grad_norm"):
+        for key in ("loss", "kl", "kl_penalty", "token_mult_prob_error", "grad_norm"):
             assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), (a["step"], key)
     # Both ranks' optimizer shards and the reference landed in one published checkpoint.
     ckpt = tmp_path / "two/checkpoints/step_000003"

@@ -12,7 +12,6 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from mcore_grpo.grpo import loss as grpo_loss
-from mcore_grpo.worker.batch import valid_count
 from mcore_grpo.worker.config import (
     DDPConfig,
     LossConfig,
@@ -88,6 +87,15 @@ def rank_slice(batch: dict[str, torch.Tensor], rank: int, world: int) -> dict[st
     return {k: v[rank * rows : (rank + 1) * rows] for k, v in batch.items()}
 
 
+def independent_count(batch: dict[str, torch.Tensor], level: LossLevel) -> float:
+    """The step's normaliser by hand, NOT through `mcore_grpo.worker.batch.valid_count` (the
+    code under test): trained next-token positions (response tokens after position 0) of
+    kept samples at token level, kept samples at sequence level."""
+    if level == "token":
+        return float((batch["token_mask"][:, 1:] * batch["sample_mask"][:, None]).sum())
+    return float(batch["sample_mask"].sum())
+
+
 def _grad_of(name: str, param: torch.Tensor) -> torch.Tensor:
     """A copy of `param`'s gradient; a parameter the loss never reached is a broken test."""
     if param.grad is None:
@@ -122,7 +130,7 @@ def reference_step(
             opt.zero_grad()
             logits = policy_logits(ref, batch["input_ids"], batch["attention_mask"])
             logprobs = next_token_logprobs(logits, batch["input_ids"], cfg.model.vocab_size)
-            count = valid_count(batch, cfg.loss.level)
+            count = independent_count(batch, cfg.loss.level)
             loss = (
                 grpo_loss.loss_sum(logprobs, batch, grpo_loss.policy_gradient_only(cfg.loss))
                 / count
@@ -131,6 +139,21 @@ def reference_step(
             grads = {n: _grad_of(n, p) for n, p in ref.named_parameters()}
             opt.step()
     return grads, {n: p.detach().clone() for n, p in ref.named_parameters()}
+
+
+def reference_loss(
+    worker: MegatronPolicyWorker, initial: dict[str, torch.Tensor], batch: dict[str, torch.Tensor]
+) -> float:
+    """Plain PyTorch: the loss of the WHOLE global batch at the `initial` weights, divided by
+    `independent_count` (what one optimizer step's `global_loss` must report on every rank)."""
+    cfg = worker.config
+    with cpu_device(cfg.device), torch.no_grad():
+        _, ref = build_gpt(cfg)
+        _load_in_place(ref, initial)
+        logits = policy_logits(ref, batch["input_ids"], batch["attention_mask"])
+        logprobs = next_token_logprobs(logits, batch["input_ids"], cfg.model.vocab_size)
+        total = grpo_loss.loss_sum(logprobs, batch, grpo_loss.policy_gradient_only(cfg.loss))
+    return float(total) / independent_count(batch, cfg.loss.level)
 
 
 def local_grad_diff(worker: MegatronPolicyWorker, ref_grads: dict[str, torch.Tensor]) -> float:

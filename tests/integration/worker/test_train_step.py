@@ -17,9 +17,11 @@ from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 
 from tests.integration.worker.harness import (
     global_batch,
+    independent_count,
     local_grad_diff,
     param_diff,
     rank_slice,
+    reference_loss,
     reference_step,
     spawn2,
     tiny_config,
@@ -62,7 +64,10 @@ def _parity(level: LossLevel, overlap: bool, k: int) -> dict[str, float]:
             for n, p in worker.policy.gpt.named_parameters()
         )
         out[f"{mode}_global_valid"] = metrics["global_valid"]
+        out[f"{mode}_global_loss"] = metrics["global_loss"]
+        out[f"{mode}_reference_loss"] = reference_loss(worker, initial, batch)
         results[mode] = {n: p.detach().clone() for n, p in worker.policy.gpt.named_parameters()}
+    out["expected_global_valid"] = independent_count(batch, level)
     out["split_vs_oneshot"] = max(
         (results["split"][n] - results["oneshot"][n]).abs().max().item() for n in results["split"]
     )
@@ -123,6 +128,10 @@ def _check(res: dict[str, float]) -> None:
         assert res[f"{mode}_moved"] > 1e-4, "params did not move: comparison would be vacuous"
         assert res[f"{mode}_grad_diff"] < TOL, res
         assert res[f"{mode}_param_diff"] < TOL, res
+        # The reported normaliser is the GLOBAL count of the level (all microbatches, all
+        # ranks), counted by hand; the reported loss is the global batch's, on every rank.
+        assert res[f"{mode}_global_valid"] == res["expected_global_valid"], res
+        assert abs(res[f"{mode}_global_loss"] - res[f"{mode}_reference_loss"]) < TOL, res
     assert res["split_vs_oneshot"] < TOL, res
 
 
@@ -151,6 +160,38 @@ def test_comm_volume_exactly_one_reduction(dp2: dict[int, Dp2Results]) -> None:
 def test_comm_counter_sees_double_reduce(dp2: dict[int, Dp2Results]) -> None:
     for rank in (0, 1):
         assert dp2[rank].comm_ratio_double == pytest.approx(2.0, abs=1e-12)
+
+
+def test_overlap_reduces_only_at_finish_never_in_a_microbatch(world1: None) -> None:
+    """With overlap_grad_reduce, megatron's no-pipelining schedule runs its LAST microbatch
+    outside `config.no_sync_func`, so the backward hooks start the gradient reduction
+    mid-step unless the step nulls that hook. Spy on every bucket group's start_grad_sync:
+    it must run for every group in finish (megatron's finish_grad_sync may call it again as a
+    no-op), never during train_microbatch."""
+    worker = MegatronPolicyWorker(tiny_config(overlap=True, mbs=2))
+    batch = global_batch(rows=8)
+    worker.train(batch)  # megatron's first backward only records its grad-ready counts
+    phase = ["microbatch"]
+    calls: list[tuple[str, int]] = []
+    groups = worker.policy.ddp.bucket_groups
+    for index, group in enumerate(groups):
+        original = group.start_grad_sync
+
+        def spy(
+            *args: object, _original: object = original, _i: int = index, **kwargs: object
+        ) -> object:
+            calls.append((phase[0], _i))
+            return _original(*args, **kwargs)  # type: ignore[operator]
+
+        group.start_grad_sync = spy
+    worker.begin_train_step()
+    worker.train_microbatch({k: v[:4] for k, v in batch.items()})
+    worker.train_microbatch({k: v[4:] for k, v in batch.items()})
+    assert calls == [], "gradients were reduced inside train_microbatch"
+    phase[0] = "finish"
+    worker.finish_train_step()
+    assert {phase for phase, _ in calls} == {"finish"}
+    assert {group for _, group in calls} == set(range(len(groups)))
 
 
 class _Boom(RuntimeError):
