@@ -132,6 +132,38 @@ def test_conflict_changes_nothing_outside_scratch_and_resume_finishes(
     )
 
 
+def files_under(path: Path) -> dict[str, bytes]:
+    """Every file under `path` (a scratch tree, .git included) with its bytes."""
+    return {
+        p.relative_to(path).as_posix(): p.read_bytes() for p in path.rglob("*") if p.is_file()
+    }
+
+
+def test_resume_dry_run_keeps_the_scratch_tree_and_its_resolution(
+    tmp_path: Path, upstream: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 18 defect 1: `--resume DIR --dry-run` deleted DIR with the hand resolution."""
+    root = conflicting_project(tmp_path, upstream)
+    scratch = tmp_path / "scratch"
+    assert rebase_cli(root, "--to", "v2", "--scratch", str(scratch)) == 2
+    resolved = fixed(numbered(40), 5, "upstream 6 and patched")
+    (scratch / MOD).write_text("\n".join(resolved) + "\n")
+    run(["add", "--", MOD], scratch)
+    run(["am", "--continue"], scratch)
+    before, scratch_before = tree_state(root), files_under(scratch)
+    report_before = (tmp_path / "scratch.md").read_bytes()
+    capsys.readouterr()
+    assert rebase_cli(root, "--resume", str(scratch), "--dry-run") == 0
+    out = capsys.readouterr().out
+    assert "resolved-by-hand" in out and "dry run: nothing changed" in out
+    assert tree_state(root) == before
+    assert files_under(scratch) == scratch_before  # not one byte of the scratch tree moved
+    assert (tmp_path / "scratch.md").read_bytes() == report_before
+    # The real resume still finds the interrupted rebase and finishes it.
+    assert rebase_cli(root, "--resume", str(scratch)) == 0
+    assert b"+upstream 6 and patched" in (root / "patches/Up/a.patch").read_bytes()
+
+
 def test_resume_refuses_while_am_in_progress(tmp_path: Path, upstream: Path) -> None:
     root = conflicting_project(tmp_path, upstream)
     scratch = tmp_path / "scratch"

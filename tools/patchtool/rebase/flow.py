@@ -9,6 +9,7 @@ changes nothing else (the command exits ExitCode.CONFLICT).
 from __future__ import annotations
 
 import re
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +19,7 @@ from ..core.series import SERIES_FILE, read_series
 from ..source.standin import Downloader, pip_download
 from .bases import AUTO, history_repos, resolve_bases
 from .engine import (
+    STATE_FILE,
     RebaseResult,
     TripwireHook,
     create_scratch,
@@ -64,6 +66,12 @@ def run_rebase(
     """The whole `rebase` command as a function: (result, report path, files written)."""
     up = load_manifest(root).select([name])[0]
     source_note = ""
+    if resume is not None and dry_run:
+        # The scratch tree holds the person's resolution: a dry run replays on a copy and
+        # leaves the original (state file, HEAD, report) byte for byte as it was.
+        cmd = command or ["tools/patches", "rebase", up.name, "--resume", "SCRATCH", "--dry-run"]
+        result, path = _dry_resume(resume.resolve(), tripwire, cmd, report_path)
+        return result, path, []
     if resume is not None:
         scratch = resume.resolve()
         result = resume_series(scratch, tripwire=tripwire)
@@ -94,6 +102,31 @@ def run_rebase(
         keep_scratch=keep_scratch,
     )  # fmt: skip
     return result, path, written
+
+
+def _dry_resume(
+    scratch: Path, tripwire: TripwireHook | None, command: list[str], report_path: Path | None
+) -> tuple[RebaseResult, Path]:
+    """`--resume SCRATCH --dry-run`: classify on a throw-away copy of SCRATCH.
+
+    The report goes next to the copy (a new temp directory) unless `report_path` is given;
+    the copy is removed, SCRATCH is never written.
+    """
+    if not (scratch / ".git" / STATE_FILE).is_file():
+        resume_series(scratch, tripwire=tripwire)  # raises the actionable "no rebase here"
+    work = Path(tempfile.mkdtemp(prefix="patches-rebase-dry-resume-"))
+    copy = work / scratch.name
+    try:
+        shutil.copytree(scratch, copy, symlinks=True)
+        result = resume_series(copy, tripwire=tripwire)
+        result.scratch = str(scratch)
+        result.finish_commands = []  # nothing was left in SCRATCH to finish
+        path = report_path or work / f"{scratch.name}.md"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(markdown(result, command, ""), encoding="utf-8")
+    finally:
+        remove_scratch(copy)
+    return result, path
 
 
 def finish(
