@@ -156,6 +156,40 @@ def test_push_with_gh_records_url_and_keeps_export_stable(
     assert main(["--root", str(root), "status", "Up"]) == 0
 
 
+def failing_gh(tmp_path: Path) -> Path:
+    """A `gh` that fails the way an unauthenticated one does."""
+    script = tmp_path / "bin" / "gh"
+    script.parent.mkdir()
+    script.write_text(
+        "#!/usr/bin/env python3\nimport sys\n"
+        "sys.stderr.write('HTTP 401: Bad credentials\\n')\nsys.exit(1)\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script
+
+
+def test_gh_failure_after_push_is_an_error_saying_what_is_left(
+    setup: tuple[Path, Path, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 18 defect 6: `open-pr --push` exited 0 when `gh pr create` failed after the push."""
+    root, fork, subject = setup
+    gh = failing_gh(tmp_path)
+    monkeypatch.setenv("PATH", f"{gh.parent}{os.pathsep}{os.environ['PATH']}")
+    args = ["--root", str(root), "open-pr", "patches/Up/fix.patch", "--remote", "fork", "--push"]
+    assert main(args) == 1
+    captured = capsys.readouterr()
+    out = captured.out + captured.err
+    assert run(["log", "-1", "--format=%s", "mcore-rl-stack/fix"], fork) == subject  # pushed
+    assert "HTTP 401: Bad credentials" in out
+    assert "pushed mcore-rl-stack/fix to fork" in out
+    assert "left to do: gh pr create --base main --head mcore-rl-stack/fix --title " in out
+    assert "set-status patches/Up/fix.patch submitted <PR URL>" in out
+    assert b"Upstream-Status: pending" in (root / "patches/Up/fix.patch").read_bytes()
+
+
 def test_newline_in_subject_becomes_one_title_line(tmp_path: Path) -> None:
     upstream = tmp_path / "upstream"
     init_repo(upstream, {MOD: numbered(40)})

@@ -11,6 +11,7 @@ ever reaches a shell. Without `--push` nothing leaves the machine.
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -45,6 +46,7 @@ class PullRequest:
     pushed: bool = False
     url: str = ""
     notes: list[str] = field(default_factory=list)
+    failed: str = ""  # set when a step after the push failed: what was done, what is left
 
 
 def github_repo(url: str) -> str:
@@ -188,8 +190,11 @@ def open_pr(
     urls = re.findall(r"https?://\S+", out)
     if proc.returncode != 0 or not urls:
         tail = proc.stderr.decode(errors="replace").strip().splitlines()
-        pr.notes.append(
-            f"gh pr create failed ({tail[-1] if tail else 'no URL printed'}); open it by hand"
+        why = tail[-1] if tail else f"exit {proc.returncode}, no URL printed"
+        pr.failed = (
+            f"gh pr create failed ({why}). Done: pushed {branch} to {remote} "
+            f"({head[:12]}). left to do: {shlex.join(gh_cmd)}; then tools/patches set-status "
+            f"{patch_rel} submitted <PR URL>"
         )
         return pr
     pr.url = urls[-1]
