@@ -14,7 +14,7 @@ from pathlib import Path
 from ..errors import PatchToolError
 from .checkout import checkout_dir, is_repo
 from .gitlinks import gitlink_problems
-from .manifest import MANIFEST_PATH, Manifest, Upstream
+from .manifest import MANIFEST_PATH, Manifest, Upstream, standin_problems
 from .paths import patch_path_problems
 from .series import RETIRED_DIR, SERIES_FILE, Patch, parse_patch, read_series
 
@@ -171,6 +171,8 @@ def lint_all(root: Path, manifest: Manifest, names: list[str] | None = None) -> 
         errors += lint_upstream(root, up)
         for problem in gitlink_problems(root, up):
             errors.append(LintError(MANIFEST_PATH.as_posix(), up.commit_line or up.line, problem))
+        for problem in standin_problems(up):
+            errors.append(LintError(MANIFEST_PATH.as_posix(), up.line, problem))
     known = set(manifest.upstreams)
     for path in sorted((root / "patches").iterdir()):
         if path.is_dir() and path.name not in known:

@@ -11,15 +11,17 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
+from ..core.git import git_ok
 from ..core.manifest import Upstream, load_manifest, short
 from ..core.series import SERIES_FILE, read_series
+from ..errors import PatchToolError
 from ..source.standin import Downloader, pip_download
 from .bases import AUTO, history_repos, resolve_bases
 from .engine import (
     STATE_FILE,
+    Base,
     RebaseResult,
     TripwireHook,
     create_scratch,
@@ -28,7 +30,7 @@ from .engine import (
     resume_series,
 )
 from .report import markdown
-from .write import write_rebase
+from .write import StandinMove, write_rebase
 
 REPORT_DIR = Path("docs") / "rebases"
 
@@ -62,6 +64,7 @@ def run_rebase(
     tripwire: TripwireHook | None = None,
     downloader: Downloader = pip_download,
     command: list[str] | None = None,
+    allow_backwards: bool = False,
 ) -> tuple[RebaseResult, Path, list[str]]:
     """The whole `rebase` command as a function: (result, report path, files written)."""
     up = load_manifest(root).select([name])[0]
@@ -84,10 +87,18 @@ def run_rebase(
             old, new, repos, source_note = resolve_bases(
                 scratch, root, up, ref, mode=mode, new_commit=new_commit, downloader=downloader
             )
+            backwards = moves_backwards(scratch, old, new)
+            if backwards and not (dry_run or allow_backwards):
+                raise PatchToolError(
+                    f"{up.name}: {ref} ({short(new.commit)}) is an ancestor of the current pin "
+                    f"{old.label}: this rebase moves the pin backwards; nothing was changed. "
+                    "If that is what you want, run it again with --allow-backwards"
+                )
             result = rebase_series(
                 up.name, read_patches(root, up), old, new, scratch,
                 history_repos=repos, tripwire=tripwire,
             )  # fmt: skip
+            result.backwards = backwards
         except BaseException:
             if not keep_scratch:
                 remove_scratch(scratch)
@@ -102,6 +113,13 @@ def run_rebase(
         keep_scratch=keep_scratch,
     )  # fmt: skip
     return result, path, written
+
+
+def moves_backwards(scratch: Path, old: Base, new: Base) -> bool:
+    """True when the new base is a strict ancestor of the old pin (git history only)."""
+    if not (old.history and new.history) or old.commit == new.commit:
+        return False
+    return git_ok(["merge-base", "--is-ancestor", new.commit, old.commit], scratch)
 
 
 def _dry_resume(
@@ -141,9 +159,9 @@ def finish(
     new_tag: str,
     report_path: Path | None = None,
     keep_scratch: bool = False,
-    after_write: Callable[[], None] | None = None,
+    standin: StandinMove | None = None,
 ) -> tuple[Path, list[str]]:
-    """Write the report `text`; unless `hold`, write the new series and pin (then `after_write`).
+    """Write the report `text`; unless `hold`, write the new series and pin (with `standin`).
 
     Held back, the report goes next to the scratch directory (`<scratch>.md`); else to
     docs/rebases/ and the files written are returned (report last). The scratch directory is
@@ -154,9 +172,9 @@ def finish(
         path = report_path or scratch.parent / f"{scratch.name}.md"
     else:
         path = report_path or root / REPORT_DIR / report_name(up, result)
-        written = write_rebase(root, up, result, new_commit=new_commit, new_tag=new_tag).files
-        if after_write is not None:
-            after_write()
+        written = write_rebase(
+            root, up, result, new_commit=new_commit, new_tag=new_tag, standin=standin
+        ).files
         written.append(
             path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
         )
