@@ -196,7 +196,7 @@ def test_pr_body_reads_as_an_upstream_contribution(setup: tuple[Path, Path, str]
     (root / "tests").mkdir()
     (root / "tests/test_x.py").write_text(
         "import os\n\n\ndef helper():\n    return 1\n\n\n"
-        "def test_fix():\n    \"\"\"ids_to_text takes a list.\"\"\"\n    assert helper() == 1\n"
+        'def test_fix():\n    """ids_to_text takes a list."""\n    assert helper() == 1\n'
     )
     assert main(["--root", str(root), "open-pr", "patches/Up/fix.patch"]) == 0
     body = (root / ".cache/pr/Up-fix.md").read_text()

@@ -64,6 +64,17 @@ def test_exists(root: Path, node: str) -> str | None:
 
 def lint_patch(root: Path, rel: str, patch: Patch, checkout: Path | None) -> list[LintError]:
     errors = [LintError(rel, line, msg) for line, msg in patch.problems]
+    if patch.quilt_line:
+        name = Path(rel).parent.name
+        errors.append(
+            LintError(
+                rel,
+                patch.quilt_line,
+                "diff in quilt's format (quilt refresh: no `diff --git`/`index` lines); it "
+                f"still applies, to get the canonical bytes back run: tools/patches apply {name} "
+                f"&& tools/patches export {name}",
+            )
+        )
     errors += [LintError(rel, line, msg) for line, msg in patch_path_problems(patch, checkout)]
     keys = {t.key for t in patch.trailers}
     end = patch.body[-1][0] if patch.body else max(patch.subject_line, 1)
