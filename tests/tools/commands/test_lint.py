@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -145,3 +146,39 @@ def test_gitlink_differing_from_manifest(sandbox: Sandbox) -> None:
     run(sandbox.root, "commit", "-q", "-m", "oops")
     assert any("committed gitlink 3rdparty/Up in HEAD is" in e for e in _lint(sandbox))
     assert run(checkout, "rev-parse", "HEAD") != pin
+
+
+STANDIN = (
+    '\n[Up.standin]\nkind = "wheel"\npackage = "up"\ntag_format = "v{version}"\n'
+    'version = "@V@"\nproxy = @P@\n\n[Up.standin.paths]\n"pkg/" = "pkg/"\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("tag", "version", "proxy", "why"),
+    [
+        ("v2", "2", "true", 'v2 is release 2: want version = "2", proxy = false'),
+        ("v2", "1", "false", 'v2 is release 2: want version = "2", proxy = false'),
+        ("", "1", "false", "proxy = false says release 1 (tag v1) is the pin"),
+        ("", "", "true", "standin.version is empty"),
+    ],
+)
+def test_standin_fields_contradicting_the_pin(
+    sandbox: Sandbox, tag: str, version: str, proxy: str, why: str
+) -> None:
+    """Issue 18 defect 2: lint passed stand-in fields that contradict the pin."""
+    _good(sandbox)
+    path = sandbox.root / "patches/upstreams.toml"
+    text = path.read_text()
+    text = re.sub(r'tag = "[^"]*"', f'tag = "{tag}"', text, count=1)
+    path.write_text(text + STANDIN.replace("@V@", version).replace("@P@", proxy))
+    errors = _lint(sandbox)
+    assert any(e.startswith("patches/upstreams.toml:1: ") and why in e for e in errors), errors
+
+
+def test_standin_fields_agreeing_with_the_pin_pass(sandbox: Sandbox) -> None:
+    _good(sandbox)
+    path = sandbox.root / "patches/upstreams.toml"
+    text = re.sub(r'tag = "[^"]*"', 'tag = "v2"', path.read_text(), count=1)
+    path.write_text(text + STANDIN.replace("@V@", "2").replace("@P@", "false"))
+    assert _lint(sandbox) == []

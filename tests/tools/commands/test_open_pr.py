@@ -109,8 +109,8 @@ def test_open_pr_builds_branch_and_body_without_pushing(
     assert run(["worktree", "list"], checkout).count("\n") == 0
     body = (root / ".cache/pr/Up-fix.md").read_text()
     assert body.startswith("Why: `ids_to_text` fails with $(TypeError).\n\nTested: the tripwire.\n")
-    assert "Upstream-Status" not in body and "Origin: mcore-rl-stack" in body
-    assert "`tests/test_x.py::test_fix`: fails on the unpatched upstream" in body
+    assert "Upstream-Status" not in body
+    assert "fails on the unpatched upstream" in body
     assert f"push:  git -C {checkout} push fork {tip}:refs/heads/{branch}" in out
     assert "pr:    gh pr create --base main --head mcore-rl-stack/fix --title " in out
     assert "nothing pushed" in out
@@ -154,6 +154,58 @@ def test_push_with_gh_records_url_and_keeps_export_stable(
     # The patched branch was reworded too: a fresh export equals the edited file.
     assert main(["--root", str(root), "export", "--check", "Up"]) == 0
     assert main(["--root", str(root), "status", "Up"]) == 0
+
+
+def failing_gh(tmp_path: Path) -> Path:
+    """A `gh` that fails the way an unauthenticated one does."""
+    script = tmp_path / "bin" / "gh"
+    script.parent.mkdir()
+    script.write_text(
+        "#!/usr/bin/env python3\nimport sys\n"
+        "sys.stderr.write('HTTP 401: Bad credentials\\n')\nsys.exit(1)\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script
+
+
+def test_gh_failure_after_push_is_an_error_saying_what_is_left(
+    setup: tuple[Path, Path, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 18 defect 6: `open-pr --push` exited 0 when `gh pr create` failed after the push."""
+    root, fork, subject = setup
+    gh = failing_gh(tmp_path)
+    monkeypatch.setenv("PATH", f"{gh.parent}{os.pathsep}{os.environ['PATH']}")
+    args = ["--root", str(root), "open-pr", "patches/Up/fix.patch", "--remote", "fork", "--push"]
+    assert main(args) == 1
+    captured = capsys.readouterr()
+    out = captured.out + captured.err
+    assert run(["log", "-1", "--format=%s", "mcore-rl-stack/fix"], fork) == subject  # pushed
+    assert "HTTP 401: Bad credentials" in out
+    assert "pushed mcore-rl-stack/fix to fork" in out
+    assert "left to do: gh pr create --base main --head mcore-rl-stack/fix --title " in out
+    assert "set-status patches/Up/fix.patch submitted <PR URL>" in out
+    assert b"Upstream-Status: pending" in (root / "patches/Up/fix.patch").read_bytes()
+
+
+def test_pr_body_reads_as_an_upstream_contribution(setup: tuple[Path, Path, str]) -> None:
+    """Issue 18 defect 7: the body carried our Origin:/Test: trailers and paths of ours."""
+    root, _fork, _subject = setup
+    (root / "tests").mkdir()
+    (root / "tests/test_x.py").write_text(
+        "import os\n\n\ndef helper():\n    return 1\n\n\n"
+        'def test_fix():\n    """ids_to_text takes a list."""\n    assert helper() == 1\n'
+    )
+    assert main(["--root", str(root), "open-pr", "patches/Up/fix.patch"]) == 0
+    body = (root / ".cache/pr/Up-fix.md").read_text()
+    for internal in ("Origin:", "Test:", "mcore-rl-stack", "tests/test_x.py", "patches/"):
+        assert internal not in body, internal
+    assert body.startswith("Why: `ids_to_text` fails with $(TypeError).\n\nTested: the tripwire.\n")
+    assert "fails on the unpatched upstream, passes with this change" in body
+    assert '```python\ndef test_fix():\n    """ids_to_text takes a list."""\n' in body
+    assert "def helper" not in body  # only the test itself is inlined
 
 
 def test_newline_in_subject_becomes_one_title_line(tmp_path: Path) -> None:

@@ -164,6 +164,21 @@ def test_pin_one_upstream_reports_incoherence(
     assert "incoherent: Mid@" in out and "ours-ahead" in out
 
 
+def test_pin_never_calls_partly_unknown_coherent(
+    chain: dict[str, object], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 18 defect 3: `pin` said "check-pins: coherent" where check-pins exits 3."""
+    root = chain["root"]
+    assert isinstance(root, Path)
+    shutil.rmtree(root / "3rdparty/Top")  # Top's nested pins cannot be read here
+    assert main(["--root", str(root), "pin", "Lib", str(chain["L1"])]) == 0
+    out = capsys.readouterr().out
+    assert main(["--root", str(root), "check-pins"]) == 3
+    assert "check-pins: coherent" not in out
+    assert "check-pins: coherence partly unknown" in out
+    assert "unknown: Top@" in out and "no history of Top here" in out
+
+
 def standin_of(root: Path, name: str) -> Standin | None:
     return load_manifest(root).upstreams[name].standin
 

@@ -132,6 +132,36 @@ def test_conflict_changes_nothing_outside_scratch_and_resume_finishes(
     )
 
 
+def files_under(path: Path) -> dict[str, bytes]:
+    """Every file under `path` (a scratch tree, .git included) with its bytes."""
+    return {p.relative_to(path).as_posix(): p.read_bytes() for p in path.rglob("*") if p.is_file()}
+
+
+def test_resume_dry_run_keeps_the_scratch_tree_and_its_resolution(
+    tmp_path: Path, upstream: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 18 defect 1: `--resume DIR --dry-run` deleted DIR with the hand resolution."""
+    root = conflicting_project(tmp_path, upstream)
+    scratch = tmp_path / "scratch"
+    assert rebase_cli(root, "--to", "v2", "--scratch", str(scratch)) == 2
+    resolved = fixed(numbered(40), 5, "upstream 6 and patched")
+    (scratch / MOD).write_text("\n".join(resolved) + "\n")
+    run(["add", "--", MOD], scratch)
+    run(["am", "--continue"], scratch)
+    before, scratch_before = tree_state(root), files_under(scratch)
+    report_before = (tmp_path / "scratch.md").read_bytes()
+    capsys.readouterr()
+    assert rebase_cli(root, "--resume", str(scratch), "--dry-run") == 0
+    out = capsys.readouterr().out
+    assert "resolved-by-hand" in out and "dry run: nothing changed" in out
+    assert tree_state(root) == before
+    assert files_under(scratch) == scratch_before  # not one byte of the scratch tree moved
+    assert (tmp_path / "scratch.md").read_bytes() == report_before
+    # The real resume still finds the interrupted rebase and finishes it.
+    assert rebase_cli(root, "--resume", str(scratch)) == 0
+    assert b"+upstream 6 and patched" in (root / "patches/Up/a.patch").read_bytes()
+
+
 def test_resume_refuses_while_am_in_progress(tmp_path: Path, upstream: Path) -> None:
     root = conflicting_project(tmp_path, upstream)
     scratch = tmp_path / "scratch"
@@ -193,6 +223,125 @@ def test_standin_rebase_classifies_and_needs_commit_to_move_pin(
     manifest = (root / "patches/upstreams.toml").read_text()
     assert f'commit = "{v2}"' in manifest and 'version = "2"' in manifest
     assert (root / "patches/Up/series").read_text() == "b.patch\n"
+
+
+PROXY_STANDIN = (
+    '\n[Up.standin]\nkind = "wheel"\npackage = "up"\ntag_format = "v{version}"\n'
+    'version = "1"\nproxy = true\nproxy_basis = "nearest release to the old pin: 1"\n\n'
+    '[Up.standin.paths]\n"pkg/" = "pkg/"\n'
+)
+
+
+def proxy_project(tmp_path: Path, upstream: Path) -> Path:
+    """Pinned at a non-release commit after v1 with release 1 as its proxy; v2 is a release."""
+    b = make_patch(
+        upstream, "v1", {MOD: fixed(numbered(40), 30, "patched 31")}, "fix b", trailers()
+    )
+    commit(upstream, "past v1", {"pkg/other.py": numbered(6, "other")})
+    run(["tag", "mid"], upstream)
+    commit(upstream, "v2", {"pkg/other.py": numbered(7, "other")})
+    run(["tag", "v2"], upstream)
+    root = make_superproject(
+        tmp_path / "super", upstream, patches=[("b.patch", b)], tag="mid", standin=PROXY_STANDIN
+    )
+    path = root / "patches/upstreams.toml"
+    path.write_text(path.read_text().replace('tag = "mid"', 'tag = ""'))
+    run(["commit", "-q", "-am", "non-release pin"], root)
+    return root
+
+
+def test_rebase_onto_a_release_clears_the_proxy(tmp_path: Path, upstream: Path) -> None:
+    """Issue 18 defect 2: after a rebase onto a release tag the manifest kept proxy = true."""
+    from tools.patchtool.core.manifest import load_manifest, standin_problems
+
+    root = proxy_project(tmp_path, upstream)
+    assert standin_problems(load_manifest(root).upstreams["Up"]) == []
+    assert rebase_cli(root, "--to", "v2") == 0
+    up = load_manifest(root).upstreams["Up"]
+    assert up.standin is not None
+    assert (up.tag, up.standin.version, up.standin.proxy, up.standin.basis) == (
+        "v2",
+        "2",
+        False,
+        "",
+    )
+    assert "proxy_basis" not in (root / "patches/upstreams.toml").read_text()
+    assert standin_problems(load_manifest(root).upstreams["Up"]) == []
+
+
+def test_rebase_onto_a_local_only_tag_never_writes_an_empty_version(
+    tmp_path: Path, upstream: Path
+) -> None:
+    """Issue 18 defect 2: a tag that exists only in the local clone gave version = ""."""
+    from tools.patchtool.core.manifest import load_manifest, standin_problems
+
+    root = proxy_project(tmp_path, upstream)
+    commit(upstream, "past v2", {"pkg/other.py": numbered(8, "other")})
+    checkout = root / "3rdparty/Up"
+    run(["fetch", "-q", str(upstream), "main"], checkout)
+    run(["tag", "my-local", "FETCH_HEAD"], checkout)
+    assert rebase_cli(root, "--to", "my-local") == 0
+    text = (root / "patches/upstreams.toml").read_text()
+    assert 'version = ""' not in text
+    up = load_manifest(root).upstreams["Up"]
+    assert up.standin is not None and up.standin.proxy and up.standin.version
+    assert up.tag != "my-local"  # not an upstream tag: the pin is a commit
+    assert standin_problems(load_manifest(root).upstreams["Up"]) == []
+
+
+def test_short_sha_without_a_checkout_says_what_is_wrong(
+    project: Path, upstream: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 18 defect 5: a short sha without a checkout was "not a release tag ... offline"."""
+    shutil.rmtree(project / "3rdparty/Up")
+    (project / "3rdparty/Up").mkdir()
+    before = tree_state(project)
+    v2 = run(["rev-parse", "v2"], upstream)
+    assert rebase_cli(project, "--to", v2[:10]) == 1
+    err = capsys.readouterr().err
+    assert "offline" not in err and "not a release tag" not in err
+    assert "abbreviated commit id" in err and "full 40-hex commit" in err
+    assert tree_state(project) == before
+    assert rebase_cli(project, "--to", v2, "--dry-run") == 0  # the full id works
+    assert f"resolved: {v2} -> {v2} (" in capsys.readouterr().out
+
+
+def test_origin_branch_resolves_at_the_url_as_it_is_now(
+    project: Path, upstream: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 18 defect 5: `--to origin/main` took the clone's stale remote-tracking ref."""
+    checkout = project / "3rdparty/Up"
+    stale = run(["rev-parse", "origin/main"], checkout)
+    now = commit(upstream, "main moves on", {"pkg/other.py": numbered(12, "other")})
+    assert stale != now and run(["rev-parse", "origin/main"], checkout) == stale
+    assert rebase_cli(project, "--to", "origin/main", "--dry-run") == 0
+    out = capsys.readouterr().out
+    date = run(["log", "-1", "--format=%cI", now], upstream)
+    assert f"resolved: origin/main -> {now} ({date}) from {upstream} (now)" in out
+
+
+def test_moving_the_pin_backwards_needs_a_flag(
+    tmp_path: Path, upstream: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 18 defect 4: a rebase onto an older release moved the pin back without a word."""
+    b = make_patch(
+        upstream, "v1", {MOD: fixed(numbered(40), 30, "patched 31")}, "fix b", trailers()
+    )
+    commit(upstream, "v2", {"pkg/other.py": numbered(7, "other")})
+    run(["tag", "v2"], upstream)
+    root = make_superproject(tmp_path / "super", upstream, patches=[("b.patch", b)], tag="v2")
+    before = tree_state(root)
+    assert rebase_cli(root, "--to", "v1") == 1
+    err = capsys.readouterr().err
+    assert "moves the pin backwards" in err and "--allow-backwards" in err
+    assert tree_state(root) == before
+    assert rebase_cli(root, "--to", "v1", "--dry-run") == 0
+    assert "moves the pin backwards" in capsys.readouterr().out
+    assert rebase_cli(root, "--to", "v1", "--allow-backwards") == 0
+    assert "moves the pin backwards" in capsys.readouterr().out
+    assert run(["ls-files", "-s", "3rdparty/Up"], root).split()[1] == run(
+        ["rev-parse", "v1"], upstream
+    )
 
 
 def test_standin_commit_is_deterministic(tmp_path: Path, upstream: Path) -> None:

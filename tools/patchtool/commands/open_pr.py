@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 
 from ..command import Command, root_of
 from ..core.pull_request import BRANCH_PREFIX, open_pr
+from ..errors import ExitCode
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:
@@ -40,7 +42,10 @@ def _run(args: argparse.Namespace) -> int:
         print(note)
     if pr.url:
         print(f"opened: {pr.url}")
-    return 0
+    if pr.failed:
+        print(f"error: {pr.failed}", file=sys.stderr)
+        return ExitCode.FAILED
+    return ExitCode.OK
 
 
 OPEN_PR = Command(

@@ -17,8 +17,10 @@ from ..core.pin_check import (
     AHEAD,
     BEHIND,
     DIVERGED,
+    UNKNOWN,
     VIOLATED,
     check_pins,
+    exit_code,
 )
 from ..errors import ExitCode, PatchToolError
 from ..rebase.pin import parse_proxies, run_pin
@@ -91,11 +93,19 @@ def _run(args: argparse.Namespace) -> int:
         print("dry run: nothing changed")
         return 0
     print("written: " + (", ".join(written) or "nothing"))
-    bad = [r for r in check_pins(root) if r.state in (AHEAD, BEHIND, DIVERGED, VIOLATED)]
-    for r in bad:
-        print(f"incoherent: {r.holder}@{r.holder_pin} -> {r.target}: {r.state} ({r.detail})")
-    if not bad:
-        print("check-pins: coherent")
+    relations = check_pins(root)
+    for r in relations:
+        if r.state in (AHEAD, BEHIND, DIVERGED, VIOLATED):
+            print(f"incoherent: {r.holder}@{r.holder_pin} -> {r.target}: {r.state} ({r.detail})")
+        elif r.state == UNKNOWN:
+            print(f"unknown: {r.holder}@{r.holder_pin} -> {r.target}: {r.detail}")
+    # The same verdict `check-pins` gives: unknown is never called coherent.
+    verdict = {
+        ExitCode.OK: "coherent",
+        ExitCode.FAILED: "INCOHERENT",
+        ExitCode.NOT_VERIFIED: "coherence partly unknown",
+    }
+    print(f"check-pins: {verdict[exit_code(relations)]}")
     return 0
 
 

@@ -14,7 +14,7 @@ from ..command import Command, root_of
 from ..core.manifest import load_manifest
 from ..core.tripwire import tripwire_hook, venv_python
 from ..errors import ExitCode, PatchToolError
-from ..rebase.bases import AUTO, MODES
+from ..rebase.bases import AUTO, MODES, describe
 from ..rebase.flow import REPORT_DIR, run_rebase
 from ..rebase.report import table
 
@@ -38,6 +38,11 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", type=Path, help="write the Markdown report here")
     parser.add_argument(
         "--resume", type=Path, metavar="SCRATCH", help="continue after resolving a conflict by hand"
+    )
+    parser.add_argument(
+        "--allow-backwards",
+        action="store_true",
+        help="allow a new base that is an ancestor of the current pin (an older release)",
     )
     parser.add_argument(
         "--tripwires",
@@ -64,12 +69,17 @@ def _run(args: argparse.Namespace) -> int:
         resume=args.resume,
         tripwire=tripwire_hook(root, args.upstream, venv_python(root)) if args.tripwires else None,
         command=_command_line(args),
+        allow_backwards=args.allow_backwards,
     )
     if args.json:
         payload = result.to_json()
         payload.update(report=str(report), written=written)
         print(json.dumps(payload, indent=2, sort_keys=True))
     else:
+        if args.to and result.new.history:
+            print("resolved: " + describe(result.new, args.to))
+        if result.backwards:
+            print(f"note: {result.new.label} is older than the pin: this moves the pin backwards")
         print(table(result))
         print(f"report: {report}")
         if result.conflicts:
@@ -97,6 +107,7 @@ def _command_line(args: argparse.Namespace) -> list[str]:
     cmd += ["--source", args.source] if args.source != AUTO else []
     cmd += ["--commit", args.commit] if args.commit else []
     cmd += ["--tripwires"] if args.tripwires else []
+    cmd += ["--allow-backwards"] if args.allow_backwards else []
     return cmd
 
 

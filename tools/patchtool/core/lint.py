@@ -14,7 +14,7 @@ from pathlib import Path
 from ..errors import PatchToolError
 from .checkout import checkout_dir, is_repo
 from .gitlinks import gitlink_problems
-from .manifest import MANIFEST_PATH, Manifest, Upstream
+from .manifest import MANIFEST_PATH, Manifest, Upstream, standin_problems
 from .paths import patch_path_problems
 from .series import RETIRED_DIR, SERIES_FILE, Patch, parse_patch, read_series
 
@@ -64,6 +64,17 @@ def test_exists(root: Path, node: str) -> str | None:
 
 def lint_patch(root: Path, rel: str, patch: Patch, checkout: Path | None) -> list[LintError]:
     errors = [LintError(rel, line, msg) for line, msg in patch.problems]
+    if patch.quilt_line:
+        name = Path(rel).parent.name
+        errors.append(
+            LintError(
+                rel,
+                patch.quilt_line,
+                "diff in quilt's format (quilt refresh: no `diff --git`/`index` lines); it "
+                f"still applies, to get the canonical bytes back run: tools/patches apply {name} "
+                f"&& tools/patches export {name}",
+            )
+        )
     errors += [LintError(rel, line, msg) for line, msg in patch_path_problems(patch, checkout)]
     keys = {t.key for t in patch.trailers}
     end = patch.body[-1][0] if patch.body else max(patch.subject_line, 1)
@@ -171,6 +182,8 @@ def lint_all(root: Path, manifest: Manifest, names: list[str] | None = None) -> 
         errors += lint_upstream(root, up)
         for problem in gitlink_problems(root, up):
             errors.append(LintError(MANIFEST_PATH.as_posix(), up.commit_line or up.line, problem))
+        for problem in standin_problems(up):
+            errors.append(LintError(MANIFEST_PATH.as_posix(), up.line, problem))
     known = set(manifest.upstreams)
     for path in sorted((root / "patches").iterdir()):
         if path.is_dir() and path.name not in known:

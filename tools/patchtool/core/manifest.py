@@ -252,3 +252,35 @@ def tag_for_version(standin: Standin, version: str) -> str:
 
 def short(ref: str) -> str:
     return ref[:12] if re.fullmatch(r"[0-9a-f]{40}", ref) else ref
+
+
+def standin_problems(up: Upstream) -> list[str]:
+    """Where `up`'s stand-in fields contradict its pin (offline, from the manifest alone).
+
+    A pin whose tag is a release must be its own stand-in (`proxy = false`, that version);
+    `proxy = false` claims the pin IS that release, so its tag must be the release tag;
+    `version` is never empty. `tools/patches pin NAME REF` writes consistent fields.
+    """
+    s = up.standin
+    if s is None:
+        return []
+    fix = f"fix with tools/patches pin {up.name} {up.tag or up.commit}"
+    if not s.version:
+        return [f"[{up.name}] standin.version is empty; {fix}"]
+    release = version_for_tag(s, up.tag) if up.tag else ""
+    if release and (s.version, s.proxy) != (release, False):
+        return [
+            f"[{up.name}] pin tag {up.tag} is release {release}: want version = "
+            f'"{release}", proxy = false (have version = "{s.version}", proxy = '
+            f"{'true' if s.proxy else 'false'}); {fix}"
+        ]
+    if not s.proxy and not release:
+        return [
+            f"[{up.name}] proxy = false says release {s.version} (tag "
+            f"{tag_for_version(s, s.version)}) is the pin, but the pin's tag is "
+            f'{up.tag or "empty"}; set tag = "{tag_for_version(s, s.version)}" if the pin is '
+            f"that release, else proxy = true; {fix}"
+        ]
+    if not s.proxy and s.basis:
+        return [f"[{up.name}] proxy_basis given with proxy = false; {fix}"]
+    return []

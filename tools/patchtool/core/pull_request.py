@@ -10,10 +10,13 @@ ever reaches a shell. Without `--push` nothing leaves the machine.
 
 from __future__ import annotations
 
+import ast
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,8 +29,9 @@ from .series import Patch, parse_patch
 
 BRANCH_PREFIX = "mcore-rl-stack/"
 PR_DIR = Path(".cache") / "pr"
-# Trailers meaningful only inside this repository; upstream reviewers do not need them.
-INTERNAL_TRAILERS = ("upstream-status", "upstream-evidence")
+# Trailers meaningful only inside this repository (Origin: names us, Test: a path of ours);
+# upstream reviewers do not need them.
+INTERNAL_TRAILERS = ("upstream-status", "upstream-evidence", "origin", "test")
 _GITHUB_RE = re.compile(r"github\.com[:/]([^/]+)/([^/]+?)(?:\.git)?/?$")
 
 
@@ -45,6 +49,7 @@ class PullRequest:
     pushed: bool = False
     url: str = ""
     notes: list[str] = field(default_factory=list)
+    failed: str = ""  # set when a step after the push failed: what was done, what is left
 
 
 def github_repo(url: str) -> str:
@@ -53,8 +58,42 @@ def github_repo(url: str) -> str:
     return f"{match.group(1)}/{match.group(2)}" if match else ""
 
 
-def pr_body(message_body: str, patch: Patch, patch_rel: str) -> str:
-    """The PR description: the commit message without internal trailers, plus testing notes."""
+def test_source(root: Path, node: str) -> str:
+    """The source of test `path::name` (or `path::Class::name`) in this repository, else "".
+
+    Inlined in the PR body so reviewers see the test itself, not a path into this repository.
+    """
+    path, _, name = node.partition("::")
+    file = root / path
+    if not name or not file.is_file():
+        return ""
+    text = file.read_text(encoding="utf-8", errors="replace")
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return ""
+    body: list[ast.stmt] = tree.body
+    found: ast.stmt | None = None
+    for part in name.split("::"):
+        found = next(
+            (
+                n
+                for n in body
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                and n.name == part.split("[", 1)[0]
+            ),
+            None,
+        )
+        if found is None:
+            return ""
+        body = getattr(found, "body", [])
+    segment = ast.get_source_segment(text, found, padded=False) if found else None
+    return textwrap.dedent(segment) if segment else ""
+
+
+def pr_body(message_body: str, patch: Patch, root: Path) -> str:
+    """The PR description as an upstream contribution: the commit message without this
+    repository's trailers, and the tripwire test inlined (never a path of ours)."""
     lines = message_body.rstrip("\n").split("\n")
     kept = [x for x in lines if not x.lower().startswith(tuple(k + ":" for k in INTERNAL_TRAILERS))]
     while kept and not kept[-1].strip():
@@ -62,11 +101,26 @@ def pr_body(message_body: str, patch: Patch, patch_rel: str) -> str:
     tests = patch.trailer_values("Test")
     out = ["\n".join(kept), ""]
     if tests:
-        out += ["## Tripwire test", ""]
-        out += [f"- `{t}`: fails on the unpatched upstream, passes with this change" for t in tests]
-        out.append("")
-    out.append(f"<sub>Opened from `{patch_rel}` (mcore-rl-stack).</sub>")
-    return "\n".join(out).lstrip("\n") + "\n"
+        out += ["## Test", ""]
+        for node in tests:
+            source = test_source(root, node)
+            name = node.rpartition("::")[2]
+            if source:
+                out += [
+                    f"`{name}` fails on the unpatched upstream, passes with this change:",
+                    "",
+                    "```python",
+                    source.rstrip("\n"),
+                    "```",
+                    "",
+                ]
+            else:
+                out += [
+                    f"A regression test (`{name}`) fails on the unpatched upstream, passes with "
+                    "this change.",
+                    "",
+                ]
+    return "\n".join(out).strip("\n") + "\n"
 
 
 def _start_point(repo: Path, remote: str, base: str) -> str:
@@ -150,7 +204,7 @@ def open_pr(
     body_dir = root / PR_DIR
     body_dir.mkdir(parents=True, exist_ok=True)
     body_file = body_dir / f"{up.name}-{loc.path.stem}.md"
-    body_file.write_text(pr_body(message_body, patch, patch_rel), encoding="utf-8")
+    body_file.write_text(pr_body(message_body, patch, root), encoding="utf-8")
     remote_url = git_text(["remote", "get-url", remote], repo, check=False)
     push_cmd = ["git", "-C", str(repo), "push", remote, f"{head}:refs/heads/{branch}"]
     fork = github_repo(remote_url)
@@ -188,8 +242,11 @@ def open_pr(
     urls = re.findall(r"https?://\S+", out)
     if proc.returncode != 0 or not urls:
         tail = proc.stderr.decode(errors="replace").strip().splitlines()
-        pr.notes.append(
-            f"gh pr create failed ({tail[-1] if tail else 'no URL printed'}); open it by hand"
+        why = tail[-1] if tail else f"exit {proc.returncode}, no URL printed"
+        pr.failed = (
+            f"gh pr create failed ({why}). Done: pushed {branch} to {remote} "
+            f"({head[:12]}). left to do: {shlex.join(gh_cmd)}; then tools/patches set-status "
+            f"{patch_rel} submitted <PR URL>"
         )
         return pr
     pr.url = urls[-1]

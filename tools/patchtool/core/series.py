@@ -103,6 +103,10 @@ class Patch:
     # Problems found while parsing; lint reports them, apply refuses on them.
     problems: list[tuple[int, str]] = field(default_factory=list)
     mbox_count: int = 0
+    # Line of the first file diff in quilt's format (`quilt refresh`: `Index:`/`===`, plain
+    # `---`/`+++`, no `diff --git`/`index`), 0 when none. Read and applied as is (git am takes
+    # it); lint asks for the canonical bytes back, which `export` writes.
+    quilt_line: int = 0
 
     def trailer_values(self, key: str) -> list[str]:
         return [t.value for t in self.trailers if t.key.lower() == key.lower()]
@@ -153,6 +157,14 @@ def _strip_prefix(raw: str, prefix: str) -> str | None:
     return path[len(prefix) :] if path.startswith(prefix) else path
 
 
+def _strip_component(raw: str) -> str | None:
+    """`up.orig/pkg/x.py` -> `pkg/x.py` (git apply's -p1) for a diff without `diff --git`."""
+    path = unquote_path(raw.split("\t", 1)[0])
+    if path == "/dev/null":
+        return None
+    return path.split("/", 1)[1] if "/" in path else path
+
+
 def _decode_header(value: str) -> str:
     return str(make_header(decode_header(value)))
 
@@ -184,11 +196,21 @@ def _parse_headers(patch: Patch, lines: list[str], start: int) -> int:
     return i + 1
 
 
+def _diff_starts(lines: list[str], i: int) -> bool:
+    """A file diff starts at line `i`: `diff --git`, or quilt's `Index:` + `===` or `---` + `+++`."""
+    line, nxt = lines[i], lines[i + 1] if i + 1 < len(lines) else ""
+    return (
+        line.startswith("diff --git ")
+        or (line.startswith("Index: ") and nxt.startswith("====="))
+        or (line.startswith("--- ") and nxt.startswith("+++ "))
+    )
+
+
 def _parse_message(patch: Patch, lines: list[str], start: int) -> int:
     """Body up to the `---` separator (or the first diff); trailers = its last paragraph."""
     i = start
     body: list[tuple[int, str]] = []
-    while i < len(lines) and lines[i] != "---" and not lines[i].startswith("diff --git "):
+    while i < len(lines) and lines[i] != "---" and not _diff_starts(lines, i):
         body.append((i + 1, lines[i]))
         i += 1
     while body and not body[-1][1].strip():
@@ -230,6 +252,31 @@ def _parse_diffs(patch: Patch, lines: list[str], start: int) -> None:
             current = FileDiff(old_path=None, new_path=None, line=num)
             patch.files.append(current)
             hunk = None
+            continue
+        if (
+            (current is None or current.hunks)
+            and line.startswith("--- ")
+            and i + 1 < len(lines)
+            and lines[i + 1].startswith("+++ ")
+        ):
+            # A diff without `diff --git` (quilt refresh, plain diff -u): paths are -p1 ones.
+            current = FileDiff(old_path=None, new_path=None, line=num)
+            patch.files.append(current)
+            patch.quilt_line = patch.quilt_line or num
+            hunk = None
+            current.old_path = _strip_component(line[4:])
+            if current.old_path is not None:
+                current.path_refs.append((num, current.old_path))
+            continue
+        if (
+            current is not None
+            and patch.quilt_line
+            and not current.hunks
+            and line.startswith("+++ ")
+        ):
+            current.new_path = _strip_component(line[4:])
+            if current.new_path is not None:
+                current.path_refs.append((num, current.new_path))
             continue
         if current is None:
             continue

@@ -12,10 +12,11 @@ is a real upstream diff.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from ..core.checkout import is_real_clone
-from ..core.git import git, git_timeout, rev
+from ..core.git import git, git_text, git_timeout, rev
 from ..core.manifest import Upstream, short, version_for_tag
 from ..errors import PatchToolError
 from ..source.detect import probe_url
@@ -66,6 +67,66 @@ def resolve_git(scratch: Path, repos: list[Path], url: str, rev: str) -> tuple[s
     return _fetch(scratch, url, rev)
 
 
+_SHA_LIKE = re.compile(r"[0-9a-f]{7,40}")
+
+
+def _date(scratch: Path, sha: str) -> str:
+    return git_text(["log", "-1", "--format=%cI", sha], scratch, check=False)
+
+
+def resolve_ref(scratch: Path, repos: list[Path], url: str, ref: str) -> tuple[str, str, str, str]:
+    """`ref` as the upstream has it now: (commit, upstream tag or "", where from, why-not).
+
+    A commit id is immutable, so a local clone answers as well as the URL (an abbreviated one
+    cannot be fetched: git needs the full id). A name (tag, branch, `origin/<branch>`) is asked
+    of the URL first (or its insteadOf mirror), never of a possibly years-old remote-tracking
+    ref; only when the URL does not have it is the local clone used (a local-only tag is then
+    not recorded as the pin's tag).
+    """
+    if _SHA_LIKE.fullmatch(ref):
+        for repo in repos:
+            sha = _commit(repo, ref)
+            if sha:
+                return sha, "", str(repo), ""
+        if len(ref) == 40:
+            sha, why = _fetch(scratch, url, ref)
+            return sha, "", f"{url} (now)" if sha else "", why
+        return (
+            "",
+            "",
+            "",
+            (
+                f"{ref} is an abbreviated commit id and no history containing it is here (git "
+                "cannot fetch an abbreviated id); give the full 40-hex commit, or provide the "
+                "history first (git submodule update --init <path>)"
+            ),
+        )
+    name = ref
+    for prefix in ("refs/remotes/origin/", "origin/", "refs/heads/", "refs/tags/"):
+        name = name.removeprefix(prefix)
+    why = probe_url(url, scratch)
+    if not why:
+        for want, is_tag in ((f"refs/tags/{name}", True), (f"refs/heads/{name}", False)):
+            code, _ = git_timeout(["fetch", "-q", "--no-tags", url, want], scratch, FETCH_TIMEOUT_S)
+            if code is None:
+                return "", "", "", f"fetch of {want} from {url} timed out"
+            if code == 0:
+                return _commit(scratch, "FETCH_HEAD"), name if is_tag else "", f"{url} (now)", ""
+        why = f"{url} has no tag or branch {name}"
+    for repo in repos:
+        sha = _commit(repo, ref)
+        if sha:
+            return sha, "", f"{repo} (local ref; {why})", ""
+    return "", "", "", why
+
+
+def describe(base: Base, ref: str) -> str:
+    """`v2 -> 1a2b3c... (2026-01-02T03:04:05+00:00) from <url> (now)` for the person running it."""
+    date = f" ({base.date})" if base.date else ""
+    where = f" from {base.resolved_from}" if base.resolved_from else ""
+    return f"{ref} -> {base.upstream_commit or base.commit}{date}{where}"
+
+
 def standin_label(up: Upstream, version: str) -> str:
     assert up.standin is not None
     return f"{up.standin.package} {version} stand-in"
@@ -91,11 +152,14 @@ def resolve_bases(
     why = ""
     if mode in (AUTO, GIT):
         old_sha, why_old = resolve_git(scratch, repos, up.url, up.commit)
-        new_sha, why_new = resolve_git(scratch, repos, up.url, ref) if old_sha else ("", "")
+        new_sha, tag, where, why_new = (
+            resolve_ref(scratch, repos, up.url, ref) if old_sha else ("", "", "", "")
+        )
         if old_sha and new_sha:
             old = Base(up.tag or short(up.commit), old_sha, True, up.commit, up.tag)
-            tag = ref if not re.fullmatch(r"[0-9a-f]{7,40}", ref) else ""
-            new = Base(ref if tag else short(new_sha), new_sha, True, new_sha, tag)
+            old = replace(old, date=_date(scratch, old_sha))
+            label = tag or (ref if not _SHA_LIKE.fullmatch(ref) else short(new_sha))
+            new = Base(label, new_sha, True, new_sha, tag, "", _date(scratch, new_sha), where)
             return old, new, repos, ""
         why = (
             f"no git history for {up.commit[:12]}: {why_old}"
@@ -112,6 +176,11 @@ def resolve_bases(
             f"{up.name}: {why or 'stand-in requested'} and no release stand-in exists"
         )
     version = version_for_tag(up.standin, ref)
+    if not version and why and mode == AUTO:
+        raise PatchToolError(
+            f"{up.name}: {why}; and {ref!r} is no release tag ({up.standin.tag_format!r}) "
+            "a release stand-in could replace"
+        )
     if not version:
         raise PatchToolError(
             f"{up.name}: {ref!r} is not a release tag of the form {up.standin.tag_format!r}; "

@@ -64,6 +64,8 @@ class Base:
     upstream_commit: str = ""
     tag: str = ""
     standin_version: str = ""
+    date: str = ""  # committer date of `upstream_commit` (ISO 8601), when read from history
+    resolved_from: str = ""  # where the ref was read: "<url> (now)" or a local clone
 
 
 @dataclass
@@ -100,6 +102,7 @@ class RebaseResult:
     new_tip: str = ""
     range_diff: str = ""
     finish_commands: list[list[str]] = field(default_factory=list)
+    backwards: bool = False  # the new base is an ancestor of the old pin
 
     @property
     def conflicts(self) -> list[PatchResult]:

@@ -9,15 +9,19 @@ changes nothing else (the command exits ExitCode.CONFLICT).
 from __future__ import annotations
 
 import re
+import shutil
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
+from ..core.git import git_ok
 from ..core.manifest import Upstream, load_manifest, short
 from ..core.series import SERIES_FILE, read_series
+from ..errors import PatchToolError
 from ..source.standin import Downloader, pip_download
 from .bases import AUTO, history_repos, resolve_bases
 from .engine import (
+    STATE_FILE,
+    Base,
     RebaseResult,
     TripwireHook,
     create_scratch,
@@ -26,7 +30,7 @@ from .engine import (
     resume_series,
 )
 from .report import markdown
-from .write import write_rebase
+from .write import StandinMove, write_rebase
 
 REPORT_DIR = Path("docs") / "rebases"
 
@@ -60,10 +64,17 @@ def run_rebase(
     tripwire: TripwireHook | None = None,
     downloader: Downloader = pip_download,
     command: list[str] | None = None,
+    allow_backwards: bool = False,
 ) -> tuple[RebaseResult, Path, list[str]]:
     """The whole `rebase` command as a function: (result, report path, files written)."""
     up = load_manifest(root).select([name])[0]
     source_note = ""
+    if resume is not None and dry_run:
+        # The scratch tree holds the person's resolution: a dry run replays on a copy and
+        # leaves the original (state file, HEAD, report) byte for byte as it was.
+        cmd = command or ["tools/patches", "rebase", up.name, "--resume", "SCRATCH", "--dry-run"]
+        result, path = _dry_resume(resume.resolve(), tripwire, cmd, report_path)
+        return result, path, []
     if resume is not None:
         scratch = resume.resolve()
         result = resume_series(scratch, tripwire=tripwire)
@@ -76,10 +87,18 @@ def run_rebase(
             old, new, repos, source_note = resolve_bases(
                 scratch, root, up, ref, mode=mode, new_commit=new_commit, downloader=downloader
             )
+            backwards = moves_backwards(scratch, old, new)
+            if backwards and not (dry_run or allow_backwards):
+                raise PatchToolError(
+                    f"{up.name}: {ref} ({short(new.commit)}) is an ancestor of the current pin "
+                    f"{old.label}: this rebase moves the pin backwards; nothing was changed. "
+                    "If that is what you want, run it again with --allow-backwards"
+                )
             result = rebase_series(
                 up.name, read_patches(root, up), old, new, scratch,
                 history_repos=repos, tripwire=tripwire,
             )  # fmt: skip
+            result.backwards = backwards
         except BaseException:
             if not keep_scratch:
                 remove_scratch(scratch)
@@ -96,6 +115,38 @@ def run_rebase(
     return result, path, written
 
 
+def moves_backwards(scratch: Path, old: Base, new: Base) -> bool:
+    """True when the new base is a strict ancestor of the old pin (git history only)."""
+    if not (old.history and new.history) or old.commit == new.commit:
+        return False
+    return git_ok(["merge-base", "--is-ancestor", new.commit, old.commit], scratch)
+
+
+def _dry_resume(
+    scratch: Path, tripwire: TripwireHook | None, command: list[str], report_path: Path | None
+) -> tuple[RebaseResult, Path]:
+    """`--resume SCRATCH --dry-run`: classify on a throw-away copy of SCRATCH.
+
+    The report goes next to the copy (a new temp directory) unless `report_path` is given;
+    the copy is removed, SCRATCH is never written.
+    """
+    if not (scratch / ".git" / STATE_FILE).is_file():
+        resume_series(scratch, tripwire=tripwire)  # raises the actionable "no rebase here"
+    work = Path(tempfile.mkdtemp(prefix="patches-rebase-dry-resume-"))
+    copy = work / scratch.name
+    try:
+        shutil.copytree(scratch, copy, symlinks=True)
+        result = resume_series(copy, tripwire=tripwire)
+        result.scratch = str(scratch)
+        result.finish_commands = []  # nothing was left in SCRATCH to finish
+        path = report_path or work / f"{scratch.name}.md"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(markdown(result, command, ""), encoding="utf-8")
+    finally:
+        remove_scratch(copy)
+    return result, path
+
+
 def finish(
     root: Path,
     up: Upstream,
@@ -108,9 +159,9 @@ def finish(
     new_tag: str,
     report_path: Path | None = None,
     keep_scratch: bool = False,
-    after_write: Callable[[], None] | None = None,
+    standin: StandinMove | None = None,
 ) -> tuple[Path, list[str]]:
-    """Write the report `text`; unless `hold`, write the new series and pin (then `after_write`).
+    """Write the report `text`; unless `hold`, write the new series and pin (with `standin`).
 
     Held back, the report goes next to the scratch directory (`<scratch>.md`); else to
     docs/rebases/ and the files written are returned (report last). The scratch directory is
@@ -121,9 +172,9 @@ def finish(
         path = report_path or scratch.parent / f"{scratch.name}.md"
     else:
         path = report_path or root / REPORT_DIR / report_name(up, result)
-        written = write_rebase(root, up, result, new_commit=new_commit, new_tag=new_tag).files
-        if after_write is not None:
-            after_write()
+        written = write_rebase(
+            root, up, result, new_commit=new_commit, new_tag=new_tag, standin=standin
+        ).files
         written.append(
             path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
         )

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import tempfile
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 from ..core.manifest import (
@@ -28,7 +27,6 @@ from ..core.manifest import (
     Manifest,
     Upstream,
     load_manifest,
-    set_pin,
     short,
     version_for_tag,
 )
@@ -49,6 +47,7 @@ from .engine import (
 )
 from .flow import finish, read_patches
 from .report import markdown
+from .write import StandinMove, move_pin
 
 
 @dataclass
@@ -125,22 +124,6 @@ def follow_chain(
         )
         seen.add(nxt.name)
     return moves
-
-
-@dataclass(frozen=True)
-class StandinMove:
-    """The stand-in fields an upstream gets with its new pin."""
-
-    version: str
-    proxy: bool
-    basis: str
-    tag: str  # the release tag when the new pin is a release (also when given as a commit)
-
-    def text(self, up: Upstream) -> str:
-        assert up.standin is not None
-        if not self.proxy:
-            return f"{up.standin.package} {self.version}: the release itself (proxy = false)"
-        return f"{up.standin.package} {self.version} as PROXY (proxy = true): {self.basis}"
 
 
 @dataclass
@@ -281,25 +264,12 @@ def run_pin(
             hold=bool(conflicts) or dry_run,
             new_commit=p.move.commit,
             new_tag=tag,
-            after_write=None
-            if standin is None
-            else partial(set_standin, root, up, p.move.commit, tag, standin),
+            standin=standin,
         )  # fmt: skip
         written += files
     return planned, written
 
 
 def set_standin(root: Path, up: Upstream, commit: str, tag: str, move: StandinMove) -> None:
-    """Write the stand-in fields of the new pin into the manifest (comments kept)."""
-    path = root / MANIFEST_PATH
-    text = path.read_text(encoding="utf-8")
-    text = set_pin(
-        text,
-        up.name,
-        tag=tag,
-        commit=commit,
-        version=move.version,
-        proxy=move.proxy,
-        basis=move.basis,
-    )
-    path.write_text(text, encoding="utf-8")
+    """Write the stand-in fields of the (unchanged) pin: the one pin writer, write.move_pin."""
+    move_pin(root, up, commit, tag, move)

@@ -83,8 +83,11 @@ def markdown(result: RebaseResult, command: list[str], source_note: str) -> str:
         "",
         f"- Command: `{shlex.join(command)}`",
         f"- Old base: {base_text(result.old)}",
-        f"- New base: {base_text(result.new)}",
+        f"- New base: {base_text(result.new)}"
+        + (f", committed {result.new.date}" if result.new.date else ""),
     ]
+    if result.backwards:
+        out.append("- The new base is older than the pin: this moves the pin backwards")
     if source_note:
         out.append(f"- Stand-ins used because: {source_note}")
     out += [f"- Result: {summary(result)}", ""]

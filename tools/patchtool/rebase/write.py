@@ -14,6 +14,7 @@ from ..core.manifest import MANIFEST_PATH, Upstream, set_pin, short, version_for
 from ..core.series import RETIRED_DIR, SERIES_FILE
 from ..core.trailers import STATUS_KEY, set_patch_trailer
 from ..errors import PatchToolError
+from ..source.nearest import release_at, tag_of
 from .engine import UPSTREAMED, PatchResult, RebaseResult
 
 EVIDENCE_KEY = "Upstream-Evidence"
@@ -58,7 +59,13 @@ def rewrite_series_text(text: str, drop: set[str]) -> str:
 
 
 def write_rebase(
-    root: Path, up: Upstream, result: RebaseResult, *, new_commit: str, new_tag: str
+    root: Path,
+    up: Upstream,
+    result: RebaseResult,
+    *,
+    new_commit: str,
+    new_tag: str,
+    standin: StandinMove | None = None,
 ) -> Written:
     """Apply a conflict-free `result` to the superproject (files, index gitlink, manifest)."""
     if result.conflicts:
@@ -98,18 +105,86 @@ def write_rebase(
     if new_text != text:
         series.write_text(new_text, encoding="utf-8")
         written.files.append(rel(series))
-    move_pin(root, up, new_commit, new_tag)
+    if standin is None and up.standin is not None:
+        standin = release_standin(up, new_commit, new_tag, [scratch])
+    move_pin(root, up, new_commit, new_tag, standin)
     written.gitlink = new_commit
     written.files.append(MANIFEST_PATH.as_posix())
     return written
 
 
-def move_pin(root: Path, up: Upstream, commit: str, tag: str) -> None:
-    """Gitlink in the index and manifest tag/commit/stand-in version; .gitmodules untouched."""
-    version = version_for_tag(up.standin, tag) if up.standin and tag else None
+@dataclass(frozen=True)
+class StandinMove:
+    """The stand-in fields an upstream gets with its new pin."""
+
+    version: str
+    proxy: bool
+    basis: str
+    tag: str  # the release tag when the new pin is a release (also when given as a commit)
+
+    def text(self, up: Upstream) -> str:
+        assert up.standin is not None
+        if not self.proxy:
+            return f"{up.standin.package} {self.version}: the release itself (proxy = false)"
+        return f"{up.standin.package} {self.version} as PROXY (proxy = true): {self.basis}"
+
+
+def release_standin(
+    up: Upstream, commit: str, tag: str, tag_repos: list[Path]
+) -> StandinMove | None:
+    """The stand-in fields when the new pin is a release (by tag, or a release tag at `commit`)."""
+    if up.standin is None:
+        return None
+    version = (version_for_tag(up.standin, tag) if tag else "") or release_at(tag_repos, up, commit)
+    if not version:
+        return None
+    return StandinMove(
+        version, False, "", tag if version_for_tag(up.standin, tag) else tag_of(up, version)
+    )
+
+
+def unmeasured_proxy(up: Upstream, commit: str) -> StandinMove:
+    """A non-release pin moved without measuring: the old stand-in kept as a proxy, saying so.
+
+    `rebase` does not download releases to measure the nearest one (`pin` does); the basis
+    says how to measure it, and lint accepts the fields (they no longer claim to be the pin).
+    """
+    assert up.standin is not None
+    version = up.standin.version
+    basis = (
+        f"not measured: {version} kept when tools/patches rebase moved the pin to "
+        f"{short(commit)}; measure the nearest release with tools/patches pin {up.name} {commit}"
+    )
+    return StandinMove(version, True, basis, "")
+
+
+def move_pin(
+    root: Path, up: Upstream, commit: str, tag: str, standin: StandinMove | None = None
+) -> None:
+    """The one writer of a pin: index gitlink, manifest tag/commit and every stand-in field.
+
+    `rebase` and `pin` both come here, so the stand-in fields always match the pin: a release
+    is its own stand-in (`proxy = false`, no basis); any other commit gets `standin` as given
+    (a measured proxy from `pin`), else the old release kept as an unmeasured proxy.
+    .gitmodules is untouched.
+    """
+    if up.standin is not None and standin is None:
+        standin = release_standin(up, commit, tag, []) or unmeasured_proxy(up, commit)
+    if standin is not None and standin.tag:
+        tag = standin.tag
     git(["update-index", "--cacheinfo", f"160000,{commit},{up.path}"], root)
     path = root / MANIFEST_PATH
     text = path.read_text(encoding="utf-8")
-    path.write_text(
-        set_pin(text, up.name, tag=tag, commit=commit, version=version), encoding="utf-8"
-    )
+    if standin is None:
+        text = set_pin(text, up.name, tag=tag, commit=commit)
+    else:
+        text = set_pin(
+            text,
+            up.name,
+            tag=tag,
+            commit=commit,
+            version=standin.version,
+            proxy=standin.proxy,
+            basis=standin.basis,
+        )
+    path.write_text(text, encoding="utf-8")
