@@ -4,8 +4,8 @@ Imports `nemo_rl.models.megatron.nccl_offload` from 3rdparty/NeMo-RL (unpatched:
 does not exist) in ONE subprocess, with the installed megatron-core, and runs two
 destroy -> reload cycles at world size 1 over gloo (gloo standing in for NCCL: every group
 except Megatron's `*_GLOO` helpers is treated as NCCL-like). The world-size-2 behaviour is
-covered against the identical copy in tests/integration/test_nccl_offload.py, the layout
-check at world size 4 in tests/integration/test_nccl_offload_layout.py.
+covered against the identical copy in tests/integration/worker/memory/test_nccl_offload.py, the layout
+check at world size 4 in tests/integration/worker/memory/test_nccl_offload_layout.py.
 """
 
 from __future__ import annotations
