@@ -30,9 +30,10 @@ from tools.patchtool.source.standin import Downloader
 SPEC = Standin("sdist", "pkg", "v{version}", "1.0", True, {"pkg/": "src/pkg/"})
 TOOL = [sys.executable, str(REPO_ROOT / "tools" / "patches")]
 TRIP = (
-    "from pathlib import Path\n\n\n"
+    "import os\nfrom pathlib import Path\n\n\n"
     "def _read(name: str) -> str:\n"
-    "    return (Path(__file__).parents[1] / '3rdparty/Up/src/pkg' / name).read_text()\n\n\n"
+    "    tree = os.environ.get('PATCHTOOL_TREE_UP', Path(__file__).parents[1] / '3rdparty/Up')\n"
+    "    return (Path(tree) / 'src/pkg' / name).read_text()\n\n\n"
     "def test_a() -> None:\n    assert 'a twenty' in _read('a.py')\n\n\n"
     "def test_b() -> None:\n    assert 'b twenty' in _read('b.py')\n\n\n"
     "def test_c() -> None:\n    assert 'c twenty' in _read('c.py')\n"
