@@ -7,6 +7,8 @@
 - config `STANDIN_KEY = <package>==<version>`: the checkout is a release stand-in, not a clone.
 - config `CLONE_FAILED_KEY = <url> <commit>`: a stand-in laid out because that URL (after
   insteadOf) answered but could not give that commit; apply does not retry it on every run.
+- config `CLONED_FROM_KEY = <url>`: apply cloned the checkout from this mirror (`--mirror-dir`),
+  so `status` names it as the source even in a later run without the mirror.
 
 Every command reads these names from here; none spells a ref or key out itself.
 """
@@ -27,6 +29,7 @@ DIGEST_KEY = "patchtool.digest"
 PIN_REF = "refs/patchtool/pin"
 STANDIN_KEY = "patchtool.standin"
 CLONE_FAILED_KEY = "patchtool.cloneFailed"
+CLONED_FROM_KEY = "patchtool.clonedFrom"
 
 
 def series_digest(up: Upstream, series_dir: Path, series: Series) -> str:
@@ -65,6 +68,15 @@ def record_clone_failed(repo: Path, url: str, commit: str) -> None:
 def clone_failed(repo: Path, url: str, commit: str) -> bool:
     """True if a clone of `commit` from `url` was already tried from this stand-in and failed."""
     return git_text(["config", "--get", CLONE_FAILED_KEY], repo, check=False) == f"{url} {commit}"
+
+
+def record_cloned_from(repo: Path, url: str) -> None:
+    git(["config", CLONED_FROM_KEY, url], repo)
+
+
+def cloned_from(repo: Path) -> str:
+    """The mirror apply cloned this checkout from ("" for the submodule URL itself)."""
+    return git_text(["config", "--get", CLONED_FROM_KEY], repo, check=False)
 
 
 def standin_spec(repo: Path) -> str:

@@ -12,9 +12,11 @@ from pathlib import Path
 from ..core.checkout import (
     PIN_REF,
     checkout_dir,
+    cloned_from,
     has_commit,
     is_repo,
     record_clone_failed,
+    record_cloned_from,
     standin_spec,
 )
 from ..core.git import git, git_text, git_timeout, rev
@@ -74,6 +76,9 @@ def detect_source(root: Path, up: Upstream) -> Source:
     fetch_url = git_text(["ls-remote", "--get-url", "origin"], repo, check=False)
     if fetch_url and fetch_url != up.url:
         return Source(MIRROR, up.commit, f"clone via local mirror {fetch_url}")
+    mirror = cloned_from(repo)
+    if mirror and mirror != up.url:
+        return Source(MIRROR, up.commit, f"clone of the pin from mirror {mirror}")
     return Source(SUBMODULE, up.commit, f"submodule clone of {up.url}")
 
 
@@ -150,6 +155,9 @@ def try_submodule(root: Path, up: Upstream) -> tuple[bool, str, bool]:
     args = ["submodule", "update", "--init", "--checkout", "--", up.path]
     ok, why = _run_git_timeout(args, root, CLONE_TIMEOUT_S)
     if ok:
+        via = effective_url(root, up.url)
+        if via != up.url:
+            record_cloned_from(repo, via)
         return True, "", True
     if fresh:
         _discard_failed_clone(repo, gitdir, gitdir_existed)
