@@ -16,7 +16,7 @@ from tools.patchtool.commands.verify import render_table
 from tools.patchtool.core.apply import apply_upstream
 from tools.patchtool.core.manifest import load_manifest
 from tools.patchtool.core.series import parse_patch
-from tools.patchtool.core.tripwire import NOT_RUN, tripwire_hook, verify_upstream
+from tools.patchtool.core.tripwire import NOT_RUN, tripwire_hook, verify_upstream, verify_upstreams
 
 # Tripwires read the tree verify names in PATCHTOOL_TREE_UP (tests/support/upstream_tree.py).
 TREE = (
@@ -185,3 +185,33 @@ def test_interrupted_verify_leaves_the_checkout_patched_and_nothing_behind(
         time.sleep(0.1)
     assert not _alive(int(pid_text)), "the pytest process of the state outlived verify"
     assert list(scratch_tmp.iterdir()) == []  # no scratch tree left
+
+
+def test_series_state_is_one_process_for_all_upstreams(sandbox: Sandbox) -> None:
+    """Two upstreams, one patch each: the series state is shared (one pytest process), each
+    left-out state has its own, and both proofs hold (3 processes instead of 4)."""
+    for name in ("Up", "Dn"):
+        repo, pin = sandbox.upstream(name, {"mod.py": "VALUE = 1\n"})
+        trailer = f"Upstream-Status: pending\nOrigin: tests\nTest: tests/test_{name.lower()}.py::test_trip\n"
+        patch = sandbox.make_patch(repo, pin, {"mod.py": "VALUE = 2\n"}, "Fix", trailer)
+        sandbox.add(name, str(repo), pin)
+        sandbox.set_series(name, {"fix.patch": patch})
+        var = f"PATCHTOOL_TREE_{name.upper()}"
+        test = (
+            "import os\nfrom pathlib import Path\n\n\n"
+            "def test_trip():\n"
+            "    log = Path(__file__).parents[1] / 'pids.log'\n"
+            "    with log.open('a') as out:\n        out.write(f'{os.getpid()}\\n')\n"
+            f"    tree = Path(os.environ.get('{var}', Path(__file__).parents[1] / '3rdparty/{name}'))\n"
+            "    assert 'VALUE = 2' in (tree / 'mod.py').read_text()\n"
+        )
+        write(sandbox.root, {f"tests/test_{name.lower()}.py": test})
+    sandbox.commit()
+    manifest = load_manifest(sandbox.root)
+    ups = [manifest.upstreams["Up"], manifest.upstreams["Dn"]]
+    for up in ups:
+        assert apply_upstream(sandbox.root, up).state == "applied"
+    proofs = verify_upstreams(sandbox.root, ups, Path(sys.executable), progress=False, jobs=2)
+    assert [(p.upstream, p.verdict) for p in proofs] == [("Up", "proven"), ("Dn", "proven")]
+    pids = (sandbox.root / "pids.log").read_text().split()
+    assert len(pids) == 4 and len(set(pids)) == 3

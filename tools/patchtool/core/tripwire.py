@@ -223,7 +223,10 @@ def left_out_tree(series: Path, patch: Patch, dest: Path) -> Path:
 
 @dataclass
 class _State:
-    """One tree to test: an upstream's series (patch None) or the series less `patch`."""
+    """One tree to test: an upstream's series (patch None) or the series less `patch`.
+
+    verify runs the series states of all upstreams as one (upstream "": every series applied).
+    """
 
     upstream: str
     repo: Path
@@ -300,11 +303,32 @@ def _signals_interrupt() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _run_state(root: Path, python: Path, state: _State, scratch: Path, series: Path) -> None:
-    """Build the state's tree (left-out states) and run its pytest process on it."""
-    tree = series
-    if state.patch is not None:
-        tree = left_out_tree(series, state.patch, scratch / f"without-{state.patch.path.stem}")
+def _series_env(trees: dict[str, Path]) -> dict[str, str]:
+    """`tree_env` of several upstreams at once (the shared series state)."""
+    env: dict[str, str] = {}
+    paths: list[str] = []
+    for name, tree in trees.items():
+        one = tree_env(name, tree)
+        env[tree_env_var(name)] = one[tree_env_var(name)]
+        paths += [str(tree), str(tree / "src")]
+    env["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [os.environ.get("PYTHONPATH")])])
+    return env
+
+
+def _run_state(
+    root: Path, python: Path, state: _State, scratch: Path, trees: dict[str, Path]
+) -> None:
+    """Build the state's tree (left-out states) and run its pytest process on it.
+
+    The series state (patch None) is one process for every upstream: each one's tests on its
+    series tree (all series applied is one state of the whole stack); a left-out state changes
+    only its own upstream's tree.
+    """
+    if state.patch is None:
+        state.outcomes = run_pytest(root, python, state.nodes, _series_env(trees))
+        return
+    dest = scratch / state.upstream / f"without-{state.patch.path.stem}"
+    tree = left_out_tree(trees[state.upstream], state.patch, dest)
     state.outcomes = run_pytest(root, python, state.nodes, tree_env(state.upstream, tree))
 
 
@@ -315,7 +339,7 @@ def run_states(root: Path, python: Path, states: list[_State], jobs: int, progre
     jobs = max(1, jobs)
     with _signals_interrupt(), tempfile.TemporaryDirectory(prefix="patchtool-verify-") as tmp:
         scratch = Path(tmp)
-        repos = {s.upstream: s.repo for s in states}
+        repos = {s.upstream: s.repo for s in states if s.upstream}
         pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="verify")
         futures: list[Future[None]] = []
         try:
@@ -326,10 +350,7 @@ def run_states(root: Path, python: Path, states: list[_State], jobs: int, progre
             }
             trees = {name: future.result() for name, future in made.items()}
             _say(progress, f"running {len(states)} states, {jobs} at a time")
-            futures = [
-                pool.submit(_run_state, root, python, s, scratch / s.upstream, trees[s.upstream])
-                for s in states
-            ]
+            futures = [pool.submit(_run_state, root, python, s, scratch, trees) for s in states]
             for future in futures:
                 future.result()
         except BaseException:
@@ -346,8 +367,15 @@ def verify_upstreams(
 ) -> list[Proof]:
     """Prove each patch of each upstream whose checkout is present and applied."""
     plans = [plan_upstream(root, up) for up in ups]
-    states = [state for plan in plans for state in plan.states]
-    run_states(root, python, states, jobs or os.cpu_count() or 1, progress)
+    # The series states of all upstreams are one state (every series applied): one process.
+    series = [plan.states[0] for plan in plans if plan.states]
+    shared = _State("", Path(), [n for state in series for n in state.nodes])
+    lefts = [state for plan in plans for state in plan.states[1:]]
+    run_states(
+        root, python, [shared, *lefts] if series else [], jobs or os.cpu_count() or 1, progress
+    )
+    for state in series:
+        state.outcomes = shared.outcomes
     proofs: list[Proof] = []
     for plan in plans:
         proofs += plan.proofs
