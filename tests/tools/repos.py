@@ -149,3 +149,5 @@ def isolate_git(monkeypatch: object, tmp_path: Path) -> None:
     setenv = monkeypatch.setenv  # type: ignore[attr-defined]
     setenv("GIT_CONFIG_GLOBAL", str(config))
     setenv("GIT_CONFIG_NOSYSTEM", "1")
+    # Nor a mirror directory the caller runs with (.ci/run exports one for the real upstreams).
+    monkeypatch.delenv("PATCHTOOL_MIRROR_DIR", raising=False)  # type: ignore[attr-defined]

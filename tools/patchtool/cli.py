@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from .command import Command
@@ -32,6 +33,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("verify", "VERIFY"),
     "upstream-check": ("upstream_check", "UPSTREAM_CHECK"),
 }
+
+# Commands that may reach an upstream (clone, fetch, probe) or report where a source came
+# from: they take --mirror-dir (source/mirror.py); PATCHTOOL_MIRROR_DIR applies to every command.
+MIRROR_COMMANDS = frozenset({"apply", "reset", "status", "rebase", "pin", "check-pins"})
 
 
 def load(name: str) -> Command:
@@ -63,6 +68,13 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
         command = load(name)
         child = sub.add_parser(command.name, help=command.help, description=command.help)
         command.configure(child)
+        if name in MIRROR_COMMANDS:
+            child.add_argument(
+                "--mirror-dir",
+                metavar="DIR",
+                help="offline mirror: DIR/<Upstream>.git bare repos stand in for the submodule "
+                "URLs for this run (env PATCHTOOL_MIRROR_DIR); upstreams it lacks fall back",
+            )
         child.set_defaults(run=command.run)
     return parser
 
@@ -71,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv).parse_args(argv)
     try:
+        _use_mirror(args)
         return int(args.run(args))
     except PatchToolError as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
@@ -78,3 +91,20 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return ExitCode.INTERRUPTED
+
+
+def _use_mirror(args: argparse.Namespace) -> None:
+    """Activate the mirror directory of this run, if one is given (flag or environment)."""
+    if not (getattr(args, "mirror_dir", None) or os.environ.get("PATCHTOOL_MIRROR_DIR")):
+        return  # apply's startup time: nothing more is imported without a mirror
+    from .command import root_of
+    from .core.manifest import load_manifest
+    from .source.mirror import mirror_dir, use_mirror
+
+    directory = mirror_dir(getattr(args, "mirror_dir", None))
+    if directory is None:
+        return
+    plan = use_mirror(directory, load_manifest(root_of(args)))
+    if args.command in ("apply", "rebase", "pin"):  # the ones that clone or fetch say so
+        for note in plan.skipped:
+            print(f"mirror: {note}; used as without a mirror", file=sys.stderr)

@@ -2,20 +2,32 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
-from tests.tools.sandbox import Sandbox, run, write
+import pytest
+
+from tests.tools.sandbox import REPO_ROOT, Sandbox, run, write
 from tools.patchtool.commands.verify import render_table
 from tools.patchtool.core.apply import apply_upstream
 from tools.patchtool.core.manifest import load_manifest
 from tools.patchtool.core.series import parse_patch
-from tools.patchtool.core.tripwire import NOT_RUN, tripwire_hook, verify_upstream
+from tools.patchtool.core.tripwire import NOT_RUN, tripwire_hook, verify_upstream, verify_upstreams
 
+# Tripwires read the tree verify names in PATCHTOOL_TREE_UP (tests/support/upstream_tree.py).
+TREE = (
+    "import os\nfrom pathlib import Path\n\n\n"
+    "def _tree() -> Path:\n"
+    "    default = Path(__file__).parents[1] / '3rdparty/Up'\n"
+    "    return Path(os.environ.get('PATCHTOOL_TREE_UP', default))\n\n\n"
+)
 TRIP = (
-    "from pathlib import Path\n\n\n"
-    "def _mod() -> str:\n"
-    "    return (Path(__file__).parents[1] / '3rdparty/Up/mod.py').read_text()\n\n\n"
+    TREE + "def _mod() -> str:\n"
+    "    return (_tree() / 'mod.py').read_text()\n\n\n"
     "def test_trip():\n    assert 'VALUE = 2' in _mod()\n\n\n"
     "def test_always():\n    assert 'VALUE' in _mod()\n\n\n"
     "def test_never():\n    assert 'VALUE = 3' in _mod()\n"
@@ -104,3 +116,102 @@ def test_tripwire_hook_runs_the_tests_on_the_new_base_tree(sandbox: Sandbox) -> 
     run(scratch, "fetch", "-q", "origin")
     run(scratch, "checkout", "-q", "FETCH_HEAD")
     assert hook("fix.patch", parsed, scratch) is False
+
+
+# The left-out state announces itself (its pid, its tree) and then hangs like a slow test.
+HANG = TREE + (
+    "import time\n\n\n"
+    "def test_trip():\n"
+    "    if 'VALUE = 2' not in (_tree() / 'mod.py').read_text():\n"
+    "        marker = Path(__file__).parents[1] / 'started'\n"
+    "        marker.write_text(f'{os.getpid()} {_tree()}')\n"
+    "        time.sleep(120)\n"
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    "sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda s: s.name
+)
+def test_interrupted_verify_leaves_the_checkout_patched_and_nothing_behind(
+    sandbox: Sandbox, tmp_path: Path, sig: signal.Signals
+) -> None:
+    """Issue 18 defect 10: a signal during the left-out state (a CI timeout) used to leave the
+    user's checkout with the patch reverse-applied. The checkout is never changed now, and the
+    pytest processes and scratch trees are gone when verify has exited."""
+    repo, pin = sandbox.upstream("Up", {"mod.py": "VALUE = 1\n"})
+    patch = sandbox.make_patch(repo, pin, {"mod.py": "VALUE = 2\n"}, "Fix", _trailers("test_trip"))
+    sandbox.add("Up", str(repo), pin)
+    write(sandbox.root, {"tests/test_trip.py": HANG})
+    sandbox.set_series("Up", {"fix.patch": patch})
+    sandbox.commit()
+    up = load_manifest(sandbox.root).upstreams["Up"]
+    assert apply_upstream(sandbox.root, up).state == "applied"
+    scratch_tmp = tmp_path / "scratch-tmp"
+    scratch_tmp.mkdir()
+    tool = [sys.executable, str(REPO_ROOT / "tools" / "patches"), "--root", str(sandbox.root)]
+    env = dict(os.environ, TMPDIR=str(scratch_tmp))
+    verify = subprocess.Popen(
+        [*tool, "verify", "--python", sys.executable, "--json"],
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    marker = sandbox.root / "started"
+    deadline = time.monotonic() + 120
+    while not marker.exists() and verify.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert marker.exists(), verify.communicate()
+    time.sleep(0.3)  # the marker is written before the pid/tree text lands
+    pid_text, tree = marker.read_text().split(" ", 1)
+    checkout = sandbox.root / "3rdparty/Up"
+    assert not Path(tree).resolve().is_relative_to(checkout.resolve())  # a scratch tree
+    assert (checkout / "mod.py").read_text() == "VALUE = 2\n"  # while the state runs
+    verify.send_signal(sig)
+    _, err = verify.communicate(timeout=60)
+    assert verify.returncode == 130, err
+    assert (checkout / "mod.py").read_text() == "VALUE = 2\n"
+    assert run(checkout, "status", "--porcelain") == ""
+    deadline = time.monotonic() + 10
+    while _alive(int(pid_text)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(int(pid_text)), "the pytest process of the state outlived verify"
+    assert list(scratch_tmp.iterdir()) == []  # no scratch tree left
+
+
+def test_series_state_is_one_process_for_all_upstreams(sandbox: Sandbox) -> None:
+    """Two upstreams, one patch each: the series state is shared (one pytest process), each
+    left-out state has its own, and both proofs hold (3 processes instead of 4)."""
+    for name in ("Up", "Dn"):
+        repo, pin = sandbox.upstream(name, {"mod.py": "VALUE = 1\n"})
+        trailer = f"Upstream-Status: pending\nOrigin: tests\nTest: tests/test_{name.lower()}.py::test_trip\n"
+        patch = sandbox.make_patch(repo, pin, {"mod.py": "VALUE = 2\n"}, "Fix", trailer)
+        sandbox.add(name, str(repo), pin)
+        sandbox.set_series(name, {"fix.patch": patch})
+        var = f"PATCHTOOL_TREE_{name.upper()}"
+        test = (
+            "import os\nfrom pathlib import Path\n\n\n"
+            "def test_trip():\n"
+            "    log = Path(__file__).parents[1] / 'pids.log'\n"
+            "    with log.open('a') as out:\n        out.write(f'{os.getpid()}\\n')\n"
+            f"    tree = Path(os.environ.get('{var}', Path(__file__).parents[1] / '3rdparty/{name}'))\n"
+            "    assert 'VALUE = 2' in (tree / 'mod.py').read_text()\n"
+        )
+        write(sandbox.root, {f"tests/test_{name.lower()}.py": test})
+    sandbox.commit()
+    manifest = load_manifest(sandbox.root)
+    ups = [manifest.upstreams["Up"], manifest.upstreams["Dn"]]
+    for up in ups:
+        assert apply_upstream(sandbox.root, up).state == "applied"
+    proofs = verify_upstreams(sandbox.root, ups, Path(sys.executable), progress=False, jobs=2)
+    assert [(p.upstream, p.verdict) for p in proofs] == [("Up", "proven"), ("Dn", "proven")]
+    pids = (sandbox.root / "pids.log").read_text().split()
+    assert len(pids) == 4 and len(set(pids)) == 3

@@ -30,9 +30,10 @@ from tools.patchtool.source.standin import Downloader
 SPEC = Standin("sdist", "pkg", "v{version}", "1.0", True, {"pkg/": "src/pkg/"})
 TOOL = [sys.executable, str(REPO_ROOT / "tools" / "patches")]
 TRIP = (
-    "from pathlib import Path\n\n\n"
+    "import os\nfrom pathlib import Path\n\n\n"
     "def _read(name: str) -> str:\n"
-    "    return (Path(__file__).parents[1] / '3rdparty/Up/src/pkg' / name).read_text()\n\n\n"
+    "    tree = os.environ.get('PATCHTOOL_TREE_UP', Path(__file__).parents[1] / '3rdparty/Up')\n"
+    "    return (Path(tree) / 'src/pkg' / name).read_text()\n\n\n"
     "def test_a() -> None:\n    assert 'a twenty' in _read('a.py')\n\n\n"
     "def test_b() -> None:\n    assert 'b twenty' in _read('b.py')\n\n\n"
     "def test_c() -> None:\n    assert 'c twenty' in _read('c.py')\n"
@@ -221,3 +222,27 @@ def test_export_check_refuses_to_judge_a_proxy(sandbox: Sandbox) -> None:
     assert lenient.returncode == 0, lenient.stdout + lenient.stderr
     patches = sorted((sandbox.root / "patches/Up").glob("*.patch"))
     assert len(patches) == 3  # nothing rewritten
+
+
+def test_proxy_noop_stays_a_noop_when_the_url_answers_but_the_clone_fails(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """Issue 18 defect 8: a URL that answers but cannot give the pin (a mirror lacking it, or
+    lacking large blobs) must not make every apply remove the stand-in, re-clone and fail."""
+    _proxy_sandbox(sandbox)
+    apply_upstream(sandbox.root, _up(sandbox), downloader=DOWNLOAD)
+    answers = tmp_path / "answers-without-pin"
+    run(tmp_path, "init", "-q", str(answers))
+    write(answers, {"README": "another history\n"})
+    run(answers, "add", "README")
+    run(answers, "commit", "-q", "-m", "unrelated")
+    _use_mirror(sandbox, answers)
+    first = apply_upstream(sandbox.root, _up(sandbox), downloader=DOWNLOAD)
+    assert first.proxy  # the clone failed: still the proxy, said so
+    checkout = sandbox.root / "3rdparty/Up"
+    marker = checkout / ".git" / "kept-by-the-noop"
+    marker.write_text("x\n")
+    second = apply_upstream(sandbox.root, _up(sandbox), downloader=_no_download)
+    assert second.proxy and "already applied" in second.message, second.message
+    assert "removed the proxy stand-in" not in second.message
+    assert marker.exists()  # the stand-in was not removed and rebuilt

@@ -1,5 +1,7 @@
 """`tools/patches verify [UPSTREAM...] [--json] [--allow-missing]`: prove each patch's `Test:`
 passes with the series and fails with that patch left out (core/tripwire.py), as a table.
+Every state runs in a scratch tree of its own, in parallel (`--jobs`, default the cores); the
+checkouts are only read.
 Exit FAILED when a patch is not proven (unless only missing sources and --allow-missing).
 """
 
@@ -12,7 +14,7 @@ from pathlib import Path
 
 from ..command import Command, root_of
 from ..core.manifest import load_manifest
-from ..core.tripwire import Proof, venv_python, verify_upstream
+from ..core.tripwire import Proof, venv_python, verify_upstreams
 from ..errors import ExitCode
 
 
@@ -34,6 +36,12 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--python", help="interpreter with pytest (default: <root>/.venv)")
     parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="states run at once, each a scratch tree and a pytest process (default: cores)",
+    )
+    parser.add_argument(
         "--allow-missing",
         action="store_true",
         help="exit 0 when an upstream's source is missing (its patches are reported unverified)",
@@ -43,9 +51,8 @@ def _configure(parser: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> int:
     root = root_of(args)
     python = Path(args.python) if args.python else venv_python(root)
-    proofs: list[Proof] = []
-    for up in load_manifest(root).select(args.upstreams):
-        proofs += verify_upstream(root, up, python, progress=not args.json)
+    ups = load_manifest(root).select(args.upstreams)
+    proofs = verify_upstreams(root, ups, python, progress=not args.json, jobs=args.jobs)
     if args.json:
         print(json.dumps({"patches": [asdict(p) for p in proofs]}, indent=2))
     else:

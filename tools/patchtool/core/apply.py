@@ -21,7 +21,15 @@ from enum import StrEnum
 from pathlib import Path
 
 from ..errors import GitError, PatchToolError
-from ..source.detect import MISSING, STANDIN, Source, detect_source, ensure_source, url_answers
+from ..source.detect import (
+    MISSING,
+    STANDIN,
+    Source,
+    detect_source,
+    effective_url,
+    ensure_source,
+    url_answers,
+)
 from ..source.proxy import ProxyCheck, check_series, proxy_name
 from ..source.standin import Downloader, pip_download
 from .checkout import (
@@ -30,6 +38,7 @@ from .checkout import (
     BRANCH_REF,
     PIN_REF,
     checkout_dir,
+    clone_failed,
     dirty_files,
     head_of,
     is_applied,
@@ -280,13 +289,19 @@ def _restore(repo: Path, ref: str, head: str, refs: dict[str, str], stash: str) 
 
 def retire_proxy_if_exact(root: Path, up: Upstream, source: Source) -> str:
     """A proxy is never used when the exact source is available: remove a proxy stand-in
-    (only tool-made state) when the URL answers, so the clone replaces it; returns a note."""
+    (only tool-made state) when the URL answers, so the clone replaces it; returns a note.
+
+    Not when this stand-in was laid out because that very URL answered but could not give the
+    pin (e.g. a mirror lacking blobs): that is tried once, not on every run (a no-op stays one).
+    """
     if not source.proxy:
+        return ""
+    repo = checkout_dir(root, up)
+    if clone_failed(repo, effective_url(root, up.url), up.commit):
         return ""
     ok, _ = url_answers(root, up)
     if not ok:
         return ""
-    repo = checkout_dir(root, up)
     heads = git_text(["for-each-ref", "--format=%(refname)", "refs/heads/"], repo).splitlines()
     foreign = [h for h in heads if h not in ("refs/heads/standin", BRANCH_REF)]
     branch = rev(repo, BRANCH_REF)

@@ -5,6 +5,10 @@
 - `APPLIED_REF` + config `DIGEST_KEY` (`series_digest`): what apply last made; a re-run is a
   no-op when digest, HEAD, branch and a clean tree match.
 - config `STANDIN_KEY = <package>==<version>`: the checkout is a release stand-in, not a clone.
+- config `CLONE_FAILED_KEY = <url> <commit>`: a stand-in laid out because that URL (after
+  insteadOf) answered but could not give that commit; apply does not retry it on every run.
+- config `CLONED_FROM_KEY = <url>`: apply cloned the checkout from this mirror (`--mirror-dir`),
+  so `status` names it as the source even in a later run without the mirror.
 
 Every command reads these names from here; none spells a ref or key out itself.
 """
@@ -24,6 +28,8 @@ APPLIED_REF = "refs/patchtool/applied"
 DIGEST_KEY = "patchtool.digest"
 PIN_REF = "refs/patchtool/pin"
 STANDIN_KEY = "patchtool.standin"
+CLONE_FAILED_KEY = "patchtool.cloneFailed"
+CLONED_FROM_KEY = "patchtool.clonedFrom"
 
 
 def series_digest(up: Upstream, series_dir: Path, series: Series) -> str:
@@ -51,6 +57,26 @@ def is_repo(path: Path) -> bool:
 
 def has_commit(repo: Path, commit: str) -> bool:
     return git_ok(["cat-file", "-e", f"{commit}^{{commit}}"], repo)
+
+
+def record_clone_failed(repo: Path, url: str, commit: str) -> None:
+    """Remember that `url` answered but a clone of `commit` from it failed (defect 8 of issue 18:
+    retrying it made every no-op apply remove and rebuild the stand-in)."""
+    git(["config", CLONE_FAILED_KEY, f"{url} {commit}"], repo)
+
+
+def clone_failed(repo: Path, url: str, commit: str) -> bool:
+    """True if a clone of `commit` from `url` was already tried from this stand-in and failed."""
+    return git_text(["config", "--get", CLONE_FAILED_KEY], repo, check=False) == f"{url} {commit}"
+
+
+def record_cloned_from(repo: Path, url: str) -> None:
+    git(["config", CLONED_FROM_KEY, url], repo)
+
+
+def cloned_from(repo: Path) -> str:
+    """The mirror apply cloned this checkout from ("" for the submodule URL itself)."""
+    return git_text(["config", "--get", CLONED_FROM_KEY], repo, check=False)
 
 
 def standin_spec(repo: Path) -> str:

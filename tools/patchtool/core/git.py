@@ -80,9 +80,32 @@ _BASE_ENV = {
 }
 
 
+# Config for this process's git calls only (an offline mirror's `url.<dir>.insteadOf`,
+# source/mirror.py): passed as GIT_CONFIG_KEY_n/VALUE_n after any the caller already has.
+_SESSION_CONFIG: list[tuple[str, str]] = []
+
+
+def set_session_config(pairs: list[tuple[str, str]]) -> None:
+    """Give every later git call of this process these config pairs (never written anywhere)."""
+    _SESSION_CONFIG[:] = pairs
+
+
+def session_config_env(base: dict[str, str]) -> dict[str, str]:
+    """`GIT_CONFIG_COUNT`/`KEY_n`/`VALUE_n` for the session config, appended to `base`'s own."""
+    if not _SESSION_CONFIG:
+        return {}
+    start = int(base.get("GIT_CONFIG_COUNT", "0") or "0")
+    env = {"GIT_CONFIG_COUNT": str(start + len(_SESSION_CONFIG))}
+    for offset, (key, value) in enumerate(_SESSION_CONFIG):
+        env[f"GIT_CONFIG_KEY_{start + offset}"] = key
+        env[f"GIT_CONFIG_VALUE_{start + offset}"] = value
+    return env
+
+
 def git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.update(_BASE_ENV)
+    env.update(session_config_env(env))
     if extra:
         env.update(extra)
     return env

@@ -1,10 +1,13 @@
 """`verify`: the tripwire proof of every patch.
 
 A patch is proven when its `Test:` nodes pass on the tree with the whole series applied and fail
-on the same tree with only that patch left out. Both states share one checkout and one venv: the
-left-out state reverse-applies the patch's files in the work tree, runs one pytest process, and
-restores the files from HEAD, so the cost is one pytest start per state (megatron-core's import
-dominates it).
+on the same tree with only that patch left out. The user's checkout is never touched: each
+state is a scratch tree of its own (the checkout's HEAD via `git archive`, once per upstream;
+a left-out state hard-links that tree and reverse-applies its patch on private copies of the
+patch's files), and one pytest process of its own runs on exactly that tree (through
+`PATCHTOOL_TREE_<UPSTREAM>` and PYTHONPATH, as `rebase --tripwires` does). States run in
+parallel, up to `jobs` at once (default: the machine's cores). On any interruption (Ctrl-C,
+SIGTERM, SIGHUP) the pytest process groups are killed and the scratch trees removed.
 
 On a proxy (the nearest release standing in for a non-release pin) every row says so: the
 source column carries the patch's proxy label, a proof is "proven on proxy" (never "proven"),
@@ -17,13 +20,16 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
-from contextlib import contextmanager
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +38,7 @@ from ..rebase.engine import TripwireHook
 from ..source.detect import MISSING, STANDIN, Source, detect_source
 from ..source.proxy import check_series, proxy_name
 from .checkout import checkout_dir, dirty_files
-from .git import git, git_bytes, git_ok
+from .git import git, git_bytes
 from .manifest import Upstream
 from .series import Patch, load_series
 from .state import upstream_status
@@ -132,51 +138,114 @@ def parse_junit(xml_text: str) -> dict[str, tuple[str, str]]:
     return result
 
 
+_LIVE: set[subprocess.Popen[str]] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def kill_children() -> None:
+    """Kill every pytest process group still running (an interrupted verify leaves none)."""
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for proc in live:
+        with suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
 def run_pytest(
     root: Path, python: Path, nodes: list[str], env: dict[str, str] | None = None
 ) -> Outcomes:
-    """One pytest process over `nodes` (extra `env` on top of ours); outcomes per test node."""
+    """One pytest process over `nodes` (extra `env` on top of ours); outcomes per test node.
+
+    The process runs in a session of its own so that `kill_children()` can end it (and whatever
+    it started) when verify is interrupted.
+    """
     with tempfile.TemporaryDirectory(prefix="patchtool-verify-") as tmp:
         junit = Path(tmp) / "junit.xml"
         cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o"]
         cmd += ["junit_family=xunit1", f"--junitxml={junit}", *sorted(set(nodes))]
         full_env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", **(env or {}))
-        proc = subprocess.run(
-            cmd, cwd=root, capture_output=True, text=True, env=full_env, check=False
-        )
-        tail = " | ".join(proc.stdout.strip().splitlines()[-3:])
+        with subprocess.Popen(
+            cmd,
+            cwd=root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=full_env,
+            start_new_session=True,
+        ) as proc:
+            with _LIVE_LOCK:
+                _LIVE.add(proc)
+            try:
+                stdout, stderr = proc.communicate()
+            finally:
+                with _LIVE_LOCK:
+                    _LIVE.discard(proc)
+        tail = " | ".join(stdout.strip().splitlines()[-3:])
         if not junit.exists():
-            return Outcomes({}, tail or proc.stderr.strip()[-300:])
+            return Outcomes({}, tail or stderr.strip()[-300:])
         return Outcomes(parse_junit(junit.read_text()), tail)
 
 
-@contextmanager
-def left_out(repo: Path, patch: Patch) -> Iterator[None]:
-    """The work tree with `patch` reverse-applied; restored from HEAD afterwards, always."""
+def series_tree(repo: Path, dest: Path) -> Path:
+    """The checkout's HEAD (the patched series) as a plain scratch tree; the checkout is only
+    read (`git archive`), never changed."""
+    dest.mkdir(parents=True)
+    archive = git_bytes(["archive", "--format=tar", "HEAD"], repo)
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(dest, filter="data")
+    return dest
+
+
+def left_out_tree(series: Path, patch: Patch, dest: Path) -> Path:
+    """`series` with `patch` reverse-applied, in `dest`: every file hard-linked from `series`
+    except the patch's own files, which are private copies (the shared tree stays intact)."""
+    shutil.copytree(series, dest, symlinks=True, copy_function=os.link)
+    paths = sorted({f.path for f in patch.files} | {f.old_path for f in patch.files if f.old_path})
+    for rel in paths:
+        target = dest / rel
+        if target.is_file() and not target.is_symlink():
+            data = target.read_bytes()
+            target.unlink()
+            target.write_bytes(data)
     data = patch.path.read_bytes()
+    env = {"GIT_CEILING_DIRECTORIES": str(dest.parent)}  # a plain tree, not a repository
     try:
-        git(["apply", "-R", "--check", "-"], repo, input=data)
+        git(["apply", "-R", "--check", "-"], dest, input=data, env=env)
     except GitError as exc:
         raise PatchToolError(
             f"{patch.path.name} does not reverse-apply on the patched tree (a later patch in the "
             "series touches the same lines): it cannot be left out alone; merge the two patches "
             "or make the later one independent"
         ) from exc
-    paths = sorted({f.path for f in patch.files} | {f.old_path for f in patch.files if f.old_path})
-    git(["apply", "-R", "-"], repo, input=data)
-    try:
-        yield
-    finally:
-        tracked = [p for p in paths if git_ok(["cat-file", "-e", f"HEAD:{p}"], repo)]
-        if tracked:
-            git(["checkout", "HEAD", "--", *tracked], repo)
-        for p in paths:
-            if p not in tracked and (repo / p).exists():
-                (repo / p).unlink()
+    git(["apply", "-R", "-"], dest, input=data, env=env)
+    return dest
 
 
-def verify_upstream(root: Path, up: Upstream, python: Path, progress: bool) -> list[Proof]:
-    """Prove each patch of `up`'s series whose checkout is present and applied."""
+@dataclass
+class _State:
+    """One tree to test: an upstream's series (patch None) or the series less `patch`.
+
+    verify runs the series states of all upstreams as one (upstream "": every series applied).
+    """
+
+    upstream: str
+    repo: Path
+    nodes: list[str]
+    patch: Patch | None = None
+    outcomes: Outcomes = field(default_factory=Outcomes)
+
+
+@dataclass
+class _Plan:
+    """What verify will run for one upstream: its proofs and the states they need."""
+
+    proofs: list[Proof]
+    testable: list[tuple[Proof, Patch]]
+    states: list[_State]
+
+
+def plan_upstream(root: Path, up: Upstream) -> _Plan:
+    """The proofs of `up`'s series and the states to run for them (nothing runs yet)."""
     series = load_series(root / up.series_dir)
     source = detect_source(root, up)
     label = source_label(source)
@@ -188,7 +257,7 @@ def verify_upstream(root: Path, up: Upstream, python: Path, progress: bool) -> l
                 f"{source.detail}; provide {up.path} (e.g. a local mirror and "
                 f"`git config --global url.<mirror>.insteadOf {up.url}`), then apply"
             )
-        return proofs
+        return _Plan(proofs, [], [])
     row = upstream_status(root, up)
     repo = checkout_dir(root, up)
     if not row["patched_state"] or dirty_files(repo):
@@ -209,17 +278,124 @@ def verify_upstream(root: Path, up: Upstream, python: Path, progress: bool) -> l
             proof.verdict, proof.detail = "no tripwire", "the patch has no Test: trailer"
     testable = [(proof, patch) for proof, patch in testable if proof.tests]
     if not testable:
-        return proofs
-    _say(progress, f"{up.name}: running {len(testable)} patch test set(s) with the series")
-    with_all = run_pytest(root, python, [n for proof, _ in testable for n in proof.tests])
-    for proof, patch in testable:
-        proof.with_patch, why_with = _combine(with_all, proof.tests)
-        _say(progress, f"{up.name}: leaving out {patch.path.name}")
-        with left_out(repo, patch):
-            without = run_pytest(root, python, proof.tests)
-        proof.without_patch, why_without = _combine(without, proof.tests, want_each=FAILED)
-        proof.verdict, proof.detail = _verdict(proof, why_with, why_without)
+        return _Plan(proofs, [], [])
+    states = [_State(up.name, repo, [n for proof, _ in testable for n in proof.tests])]
+    states += [_State(up.name, repo, proof.tests, patch) for proof, patch in testable]
+    return _Plan(proofs, testable, states)
+
+
+@contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP (a CI or scheduler timeout, a closed terminal) interrupt like Ctrl-C,
+    so the cleanup below runs: children killed, scratch trees removed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    saved = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def _series_env(trees: dict[str, Path]) -> dict[str, str]:
+    """`tree_env` of several upstreams at once (the shared series state)."""
+    env: dict[str, str] = {}
+    paths: list[str] = []
+    for name, tree in trees.items():
+        one = tree_env(name, tree)
+        env[tree_env_var(name)] = one[tree_env_var(name)]
+        paths += [str(tree), str(tree / "src")]
+    env["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [os.environ.get("PYTHONPATH")])])
+    return env
+
+
+def _run_state(
+    root: Path, python: Path, state: _State, scratch: Path, trees: dict[str, Path]
+) -> None:
+    """Build the state's tree (left-out states) and run its pytest process on it.
+
+    The series state (patch None) is one process for every upstream: each one's tests on its
+    series tree (all series applied is one state of the whole stack); a left-out state changes
+    only its own upstream's tree.
+    """
+    if state.patch is None:
+        state.outcomes = run_pytest(root, python, state.nodes, _series_env(trees))
+        return
+    dest = scratch / state.upstream / f"without-{state.patch.path.stem}"
+    tree = left_out_tree(trees[state.upstream], state.patch, dest)
+    state.outcomes = run_pytest(root, python, state.nodes, tree_env(state.upstream, tree))
+
+
+def run_states(root: Path, python: Path, states: list[_State], jobs: int, progress: bool) -> None:
+    """Run every state, up to `jobs` at once, each in its own scratch tree and process."""
+    if not states:
+        return
+    jobs = max(1, jobs)
+    with _signals_interrupt(), tempfile.TemporaryDirectory(prefix="patchtool-verify-") as tmp:
+        scratch = Path(tmp)
+        repos = {s.upstream: s.repo for s in states if s.upstream}
+        pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="verify")
+        futures: list[Future[None]] = []
+        try:
+            _say(progress, f"scratch trees of {', '.join(repos)} (the checkouts are only read)")
+            made = {
+                name: pool.submit(series_tree, repo, scratch / name / "series")
+                for name, repo in repos.items()
+            }
+            trees = {name: future.result() for name, future in made.items()}
+            _say(progress, f"running {len(states)} states, {jobs} at a time")
+            futures = [pool.submit(_run_state, root, python, s, scratch, trees) for s in states]
+            for future in futures:
+                future.result()
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            kill_children()
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def verify_upstreams(
+    root: Path, ups: list[Upstream], python: Path, progress: bool, jobs: int | None = None
+) -> list[Proof]:
+    """Prove each patch of each upstream whose checkout is present and applied."""
+    plans = [plan_upstream(root, up) for up in ups]
+    # The series states of all upstreams are one state (every series applied): one process.
+    series = [plan.states[0] for plan in plans if plan.states]
+    shared = _State("", Path(), [n for state in series for n in state.nodes])
+    lefts = [state for plan in plans for state in plan.states[1:]]
+    run_states(
+        root, python, [shared, *lefts] if series else [], jobs or os.cpu_count() or 1, progress
+    )
+    for state in series:
+        state.outcomes = shared.outcomes
+    proofs: list[Proof] = []
+    for plan in plans:
+        proofs += plan.proofs
+        if not plan.states:
+            continue
+        with_all, *without = plan.states
+        for (proof, _), state in zip(plan.testable, without, strict=True):
+            proof.with_patch, why_with = _combine(with_all.outcomes, proof.tests)
+            proof.without_patch, why_without = _combine(
+                state.outcomes, proof.tests, want_each=FAILED
+            )
+            proof.verdict, proof.detail = _verdict(proof, why_with, why_without)
     return proofs
+
+
+def verify_upstream(
+    root: Path, up: Upstream, python: Path, progress: bool, jobs: int | None = None
+) -> list[Proof]:
+    """`verify_upstreams` of one upstream."""
+    return verify_upstreams(root, [up], python, progress, jobs)
 
 
 def tree_env_var(upstream: str) -> str:

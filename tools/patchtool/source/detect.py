@@ -9,7 +9,16 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from ..core.checkout import PIN_REF, checkout_dir, has_commit, is_repo, standin_spec
+from ..core.checkout import (
+    PIN_REF,
+    checkout_dir,
+    cloned_from,
+    has_commit,
+    is_repo,
+    record_clone_failed,
+    record_cloned_from,
+    standin_spec,
+)
 from ..core.git import git, git_text, git_timeout, rev
 from ..core.manifest import Upstream
 from ..errors import GitError, PatchToolError
@@ -67,6 +76,9 @@ def detect_source(root: Path, up: Upstream) -> Source:
     fetch_url = git_text(["ls-remote", "--get-url", "origin"], repo, check=False)
     if fetch_url and fetch_url != up.url:
         return Source(MIRROR, up.commit, f"clone via local mirror {fetch_url}")
+    mirror = cloned_from(repo)
+    if mirror and mirror != up.url:
+        return Source(MIRROR, up.commit, f"clone of the pin from mirror {mirror}")
     return Source(SUBMODULE, up.commit, f"submodule clone of {up.url}")
 
 
@@ -83,6 +95,11 @@ def probe_url(url: str, cwd: Path) -> str:
     else why not."""
     ok, why = _run_git_timeout(["ls-remote", url, "HEAD"], cwd, PROBE_TIMEOUT_S)
     return "" if ok else f"{url} unreachable ({why})"
+
+
+def effective_url(root: Path, url: str) -> str:
+    """`url` after git's `url.<base>.insteadOf` rewrites (a mirror), without any network."""
+    return git_text(["ls-remote", "--get-url", url], root, check=False) or url
 
 
 def url_answers(root: Path, up: Upstream) -> tuple[bool, str]:
@@ -122,14 +139,15 @@ def _discard_failed_clone(repo: Path, gitdir: Path, gitdir_existed: bool) -> Non
         shutil.rmtree(gitdir)
 
 
-def try_submodule(root: Path, up: Upstream) -> tuple[bool, str]:
-    """`git submodule update --init` if the URL (or its insteadOf mirror) answers fast.
+def try_submodule(root: Path, up: Upstream) -> tuple[bool, str, bool]:
+    """`git submodule update --init` if the URL (or its insteadOf mirror) answers fast:
+    (cloned, why not, whether the URL answered).
 
     A failed attempt on a path that was empty is rolled back, so the stand-in can take its place.
     """
     ok, why = url_answers(root, up)
     if not ok:
-        return False, why
+        return False, why, False
     repo = checkout_dir(root, up)
     fresh = not repo.exists() or not any(repo.iterdir())
     gitdir = _module_gitdir(root, up)
@@ -137,10 +155,13 @@ def try_submodule(root: Path, up: Upstream) -> tuple[bool, str]:
     args = ["submodule", "update", "--init", "--checkout", "--", up.path]
     ok, why = _run_git_timeout(args, root, CLONE_TIMEOUT_S)
     if ok:
-        return True, ""
+        via = effective_url(root, up.url)
+        if via != up.url:
+            record_cloned_from(repo, via)
+        return True, "", True
     if fresh:
         _discard_failed_clone(repo, gitdir, gitdir_existed)
-    return False, f"git submodule update failed ({why})"
+    return False, f"git submodule update failed ({why})", True
 
 
 def ensure_source(
@@ -165,7 +186,7 @@ def ensure_source(
         )
     if source.kind != MISSING:
         return source
-    ok, why = try_submodule(root, up)
+    ok, why, answered = try_submodule(root, up)
     if ok:
         source = detect_source(root, up)
         if source.kind != MISSING:
@@ -187,4 +208,6 @@ def ensure_source(
         materialise_standin(root, up, downloader)
     except GitError as exc:
         raise PatchToolError(f"{up.path}: could not build the stand-in: {exc}") from exc
+    if answered:
+        record_clone_failed(repo, effective_url(root, up.url), up.commit)
     return detect_source(root, up)
