@@ -44,7 +44,9 @@ from tests.support.ports import free_port
 
 pytestmark = [
     pytest.mark.nemo_rl,
-    pytest.mark.cpu_only(reason="2 gloo ranks running FSDP2 on CPU under the mcore_grpo.worker.cpu redirects, which refuse where CUDA exists"),
+    pytest.mark.cpu_only(
+        reason="2 gloo ranks running FSDP2 on CPU under the mcore_grpo.worker.cpu redirects, which refuse where CUDA exists"
+    ),
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
