@@ -53,6 +53,8 @@ def test_build_task_and_preset() -> None:
     task = build_task(cfg.task.name, cfg.task.max_addend, cfg.task.num_terms)
     assert isinstance(task, CountOnTask)
     assert cfg.policy.generation.max_new_tokens == task.max_response_tokens == 21
+    # Rope positions are what let the preset learn (learned absolute ones collapse, docs/grpo.md).
+    assert cfg.policy.tiny_model.position_embedding_type == "rope"
     prompt_len = max(len(p.prompt_ids) for p in task.all_problems())
     assert prompt_len + task.max_response_tokens <= cfg.policy.max_total_sequence_length
     with pytest.raises(ValueError, match="count-on"):
