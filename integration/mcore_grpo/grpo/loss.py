@@ -337,18 +337,25 @@ class RecordingLossSum:
 
     def __init__(self, cfg: ClippedPGLossConfig) -> None:
         self.cfg = cfg
-        self._sums: dict[str, float] = {}
+        # Detached float64 sums on the loss's device: no host sync per microbatch; `take`
+        # copies them to the host once per optimizer step.
+        self._sums: dict[str, torch.Tensor] = {}
 
     def __call__(self, logprobs: torch.Tensor, batch: Batch) -> torch.Tensor:
         loss, metrics = _loss_sum_and_metrics(logprobs, batch, self.cfg)
         for name, value in metrics.items():
-            self._sums[name] = self._sums.get(name, 0.0) + float(value)
+            value = value.detach().reshape(()).to(torch.float64)
+            total = self._sums.get(name)
+            self._sums[name] = value if total is None else total + value
         return loss
 
     def take(self) -> dict[str, float]:
         """Raw metric sums of the microbatches run since the last call; resets them."""
         sums, self._sums = self._sums, {}
-        return sums
+        if not sums:
+            return {}
+        values = torch.stack(list(sums.values())).tolist()
+        return dict(zip(sums, values, strict=True))
 
 
 def loss_sum_fn(cfg: ClippedPGLossConfig) -> LossSumFn:
