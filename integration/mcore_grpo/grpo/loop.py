@@ -155,6 +155,7 @@ class GRPOLoop:
             "reward_mean": float(rewards.mean()),
             "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
             "accuracy": exact,
+            "position_accuracy": self.task.position_accuracy(responses, sample_problems),
             **train_metrics(replica_results),
             "response_tokens_mean": sum(len(r) for r in responses) / len(responses),
             "generation_time_s": generation_time,
