@@ -27,9 +27,9 @@ sampling-free glue). Next to it the analytic per-step work: FLOPs and bytes read
 dense layers (weights are read once per step, shared by the batch) against attention over
 L cached keys (each row reads its own cache, 2 * L * hidden floats per layer).
 
-`--hidden/--layers/--heads/--ffn/--rope` change the model (e.g. `--hidden 1024 --layers 2
---cached-only --step-curve` for a model where attention's share is smaller);
-`--cached-only` skips the recompute sampler.
+`--hidden/--layers/--heads/--ffn/--rope/--batch` change the model and the batch (e.g.
+`--hidden 1024 --layers 2 --heads 16 --cached-only --step-curve` for a model where
+attention's share is smaller); `--cached-only` skips the recompute sampler.
 
 Run: .venv/bin/python benchmarks/bench_generation.py [--lengths 64 256 1024]
      [--recompute-max-t 256] [--repeats 1] [--threads 1] [--step-curve] [--cached-only]
@@ -53,7 +53,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-BATCH, PROMPT, VOCAB = 8, 16, 4096
+PROMPT, VOCAB = 16, 4096
 
 
 def _sync(device: torch.device) -> None:
@@ -75,13 +75,14 @@ def _timed(fn: Callable[[], Any], device: torch.device, repeats: int) -> float:
 
 @dataclass(frozen=True)
 class Shape:
-    """The benchmark model's dimensions."""
+    """The benchmark model's dimensions and the batch it decodes."""
 
     layers: int = 4
     hidden: int = 256
     heads: int = 4
     ffn: int = 1024
     rope: bool = False
+    batch: int = 8
 
     def describe(self) -> str:
         pos = "rope" if self.rope else "learned absolute positions"
@@ -161,7 +162,7 @@ def recompute_estimate(
     gen = torch.Generator(device=device).manual_seed(0)
     per_step = []
     for t in points:
-        seq = torch.randint(0, VOCAB, (BATCH, PROMPT + t), device=device)
+        seq = torch.randint(0, VOCAB, (ids.shape[0], PROMPT + t), device=device)
         mask = torch.ones_like(seq)
 
         def one_step(seq: torch.Tensor = seq, mask: torch.Tensor = mask) -> None:
@@ -208,14 +209,14 @@ def rope_labelled() -> Iterator[None]:
 
 
 def step_work(shape: Shape, length: int) -> dict[str, float]:
-    """Analytic work of one decode step over `length` cached keys, batch `BATCH`, fp32."""
-    h, layers = shape.hidden, shape.layers
+    """Analytic work of one decode step over `length` cached keys, fp32."""
+    h, layers, batch = shape.hidden, shape.layers, shape.batch
     weights = layers * (4 * h * h + 2 * h * shape.ffn) + h * VOCAB  # qkv, proj, fc1, fc2, logits
     return {
-        "dense_flops": 2.0 * BATCH * weights,
-        "attn_flops": 2.0 * 2 * BATCH * layers * length * h,  # QK^T and PV
+        "dense_flops": 2.0 * batch * weights,
+        "attn_flops": 2.0 * 2 * batch * layers * length * h,  # QK^T and PV
         "dense_bytes": 4.0 * weights,  # read once, shared by the batch
-        "attn_bytes": 4.0 * 2 * BATCH * layers * length * h,  # every row's K and V
+        "attn_bytes": 4.0 * 2 * batch * layers * length * h,  # every row's K and V
     }
 
 
@@ -229,9 +230,10 @@ def decode_step_curve(
 
     device = next(model.parameters()).device
     top = max(lengths)
-    context = StaticInferenceContext(BATCH, top)
-    ids = torch.randint(0, VOCAB, (BATCH, PROMPT), device=device)
-    key_padding = torch.zeros((BATCH, 1, 1, top), dtype=torch.bool, device=device)
+    batch = shape.batch
+    context = StaticInferenceContext(batch, top)
+    ids = torch.randint(0, VOCAB, (batch, PROMPT), device=device)
+    key_padding = torch.zeros((batch, 1, 1, top), dtype=torch.bool, device=device)
     token = ids[:, -1:]
     with torch.no_grad(), InferenceMode.active():
         positions, mask = attention_inputs(torch.ones_like(ids))
@@ -244,7 +246,7 @@ def decode_step_curve(
         def step(length: int) -> None:
             # The step the sampler takes with length - 1 tokens cached: one more, L keys.
             context.sequence_len_offset = length - 1
-            position = torch.full((BATCH, 1), length - 1, dtype=torch.long, device=device)
+            position = torch.full((batch, 1), length - 1, dtype=torch.long, device=device)
             model_logits(model, token, position, key_padding[..., :length], context)
 
         times: dict[int, list[float]] = {n: [] for n in lengths}
@@ -308,7 +310,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--lengths", type=int, nargs="+", default=[64, 256, 1024])
     parser.add_argument("--recompute-max-t", type=int, default=256)
-    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="runs per T (median; cached runs interleaved)"
+    )
     parser.add_argument(
         "--threads",
         type=int,
@@ -321,6 +325,7 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--ffn", type=int, default=None, help="default 4 x hidden")
     parser.add_argument("--rope", action="store_true", help="rope instead of learned positions")
+    parser.add_argument("--batch", type=int, default=8, help="rows decoded together")
     parser.add_argument("--cached-only", action="store_true", help="skip the recompute sampler")
     parser.add_argument(
         "--step-curve", action="store_true", help="time and profile one decode step per length"
@@ -338,15 +343,16 @@ def main() -> None:
         heads=args.heads,
         ffn=args.ffn or 4 * args.hidden,
         rope=args.rope,
+        batch=args.batch,
     )
     _, model, device_name = build(max(args.lengths), shape)
     device = torch.device(device_name)
     torch.manual_seed(0)
-    ids = torch.randint(0, VOCAB, (BATCH, PROMPT), device=device)
+    ids = torch.randint(0, VOCAB, (shape.batch, PROMPT), device=device)
     mask = torch.ones_like(ids)
     print(
         f"device {device_name} ({torch.get_num_threads()} threads), {shape.describe()}, "
-        f"vocab {VOCAB}, fp32, batch {BATCH}, prompt {PROMPT}; load average {_load()}"
+        f"vocab {VOCAB}, fp32, batch {shape.batch}, prompt {PROMPT}; load average {_load()}"
     )
 
     def run(backend: str, steps: int) -> Callable[[], Any]:
@@ -359,8 +365,14 @@ def main() -> None:
         run("static_cache", 4)()  # warm-up
         if not args.cached_only:
             run("recompute", 4)()
+        # Cached runs interleaved over T, round by round: a load spike on a shared machine
+        # hits every length alike instead of one.
+        cached_runs: dict[int, list[float]] = {t: [] for t in args.lengths}
+        for _ in range(args.repeats):
+            for t in args.lengths:
+                cached_runs[t].append(_timed(run("static_cache", t), device, 1))
         for t in args.lengths:
-            cached_s = _timed(run("static_cache", t), device, args.repeats)
+            cached_s = statistics.median(cached_runs[t])
             recompute_s, how = None, "not run (--cached-only)"
             if args.cached_only:
                 pass
@@ -391,7 +403,7 @@ def main() -> None:
     print("| T | cached tok/s | recompute tok/s | ratio | cached ms/token-step | recompute |")
     print("|---|---|---|---|---|---|")
     for t, cached_s, recompute_s, how, _ in rows:
-        tokens = BATCH * t
+        tokens = shape.batch * t
         recompute = "-" if recompute_s is None else f"{tokens / recompute_s:.1f}"
         ratio = "-" if recompute_s is None else f"{recompute_s / cached_s:.1f}x"
         print(
@@ -407,7 +419,7 @@ def main() -> None:
         print("|---|---|---|---|")
         for t, cached_s, _, _, bare_s in rows:
             assert bare_s is not None
-            tokens = BATCH * t
+            tokens = shape.batch * t
             print(
                 f"| {t} | {tokens / cached_s:.0f} | {tokens / bare_s:.0f} | {bare_s / cached_s:.2f}x |"
             )
