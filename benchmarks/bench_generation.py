@@ -15,8 +15,24 @@ On CUDA it also times a bare megatron-core static-context greedy decode of the s
 (StaticInferenceContext, no masks, argmax) as the ceiling; on CPU that part is skipped and
 says so.
 
+`--step-curve`: where a decode step's time goes as the cache grows. One decode step of the
+cached sampler (its inputs: one token, a key-padding view, the position) is timed at cache
+lengths L = prompt + T for each T, interleaved over the lengths (median and min of
+`--step-repeats`), the KV cache filled with random values first. Each length is profiled
+(torch.profiler, self CPU time) into: attention over the cache (QK^T `baddbmm`, PV `bmm`,
+softmax, mask fill), rope (megatron-core's `apply_rotary_pos_emb` in attention: at the pin
+the static context caches UNrotated keys and rotates all L of them every step), dense (the
+linear layers' `mm`/`addmm`, gelu, layer norms) and the rest (dispatch, views, embedding,
+sampling-free glue). Next to it the analytic per-step work: FLOPs and bytes read of the
+dense layers (weights are read once per step, shared by the batch) against attention over
+L cached keys (each row reads its own cache, 2 * L * hidden floats per layer).
+
+`--hidden/--layers/--heads/--ffn/--rope/--batch` change the model and the batch (e.g.
+`--hidden 1024 --layers 2 --heads 16 --cached-only --step-curve` for a model where
+attention's share is smaller); `--cached-only` skips the recompute sampler.
+
 Run: .venv/bin/python benchmarks/bench_generation.py [--lengths 64 256 1024]
-     [--recompute-max-t 256] [--repeats 1] [--threads 1]
+     [--recompute-max-t 256] [--repeats 1] [--threads 1] [--step-curve] [--cached-only]
 """
 
 from __future__ import annotations
@@ -26,7 +42,9 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +53,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-BATCH, PROMPT, VOCAB = 8, 16, 4096
+PROMPT, VOCAB = 16, 4096
 
 
 def _sync(device: torch.device) -> None:
@@ -55,7 +73,26 @@ def _timed(fn: Callable[[], Any], device: torch.device, repeats: int) -> float:
     return statistics.median(times)
 
 
-def build(max_t: int) -> tuple[Any, torch.nn.Module, str]:
+@dataclass(frozen=True)
+class Shape:
+    """The benchmark model's dimensions and the batch it decodes."""
+
+    layers: int = 4
+    hidden: int = 256
+    heads: int = 4
+    ffn: int = 1024
+    rope: bool = False
+    batch: int = 8
+
+    def describe(self) -> str:
+        pos = "rope" if self.rope else "learned absolute positions"
+        return (
+            f"GPTModel local spec {self.layers} x {self.hidden}, {self.heads} heads, ffn "
+            f"{self.ffn}, {pos}"
+        )
+
+
+def build(max_t: int, shape: Shape) -> tuple[Any, torch.nn.Module, str]:
     """The benchmark model on CUDA when present, else CPU (with the worker's CPU redirects)."""
     import torch.distributed as dist
     from mcore_grpo.worker.config import ModelConfig, WorkerConfig
@@ -73,12 +110,13 @@ def build(max_t: int) -> tuple[Any, torch.nn.Module, str]:
     config = WorkerConfig(
         device=device,
         model=ModelConfig(
-            num_layers=4,
-            hidden_size=256,
-            num_attention_heads=4,
-            ffn_hidden_size=1024,
+            num_layers=shape.layers,
+            hidden_size=shape.hidden,
+            num_attention_heads=shape.heads,
+            ffn_hidden_size=shape.ffn,
             vocab_size=VOCAB,
             max_sequence_length=PROMPT + max_t,
+            position_embedding_type="rope" if shape.rope else "learned_absolute",
         ),
     )
     init_model_parallel(config)
@@ -124,7 +162,7 @@ def recompute_estimate(
     gen = torch.Generator(device=device).manual_seed(0)
     per_step = []
     for t in points:
-        seq = torch.randint(0, VOCAB, (BATCH, PROMPT + t), device=device)
+        seq = torch.randint(0, VOCAB, (ids.shape[0], PROMPT + t), device=device)
         mask = torch.ones_like(seq)
 
         def one_step(seq: torch.Tensor = seq, mask: torch.Tensor = mask) -> None:
@@ -145,11 +183,136 @@ def recompute_estimate(
     return total
 
 
+# Profiler op names per category of a decode step (self CPU time); the rest is "other".
+ATTENTION_OPS = ("aten::baddbmm", "aten::bmm", "aten::_softmax", "aten::masked_fill_")
+DENSE_OPS = ("aten::mm", "aten::addmm", "aten::gelu", "aten::native_layer_norm")
+ROPE_RANGE = "bench::apply_rotary_pos_emb"
+
+
+@contextmanager
+def rope_labelled() -> Iterator[None]:
+    """Label megatron-core attention's rope calls for the profiler (the same function, inside
+    a `record_function` range), restored on exit."""
+    import megatron.core.transformer.attention as attention
+
+    original = attention.apply_rotary_pos_emb
+
+    def labelled(*args: Any, **kwargs: Any) -> Any:
+        with torch.profiler.record_function(ROPE_RANGE):
+            return original(*args, **kwargs)
+
+    attention.apply_rotary_pos_emb = labelled  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        attention.apply_rotary_pos_emb = original
+
+
+def step_work(shape: Shape, length: int) -> dict[str, float]:
+    """Analytic work of one decode step over `length` cached keys, fp32."""
+    h, layers, batch = shape.hidden, shape.layers, shape.batch
+    weights = layers * (4 * h * h + 2 * h * shape.ffn) + h * VOCAB  # qkv, proj, fc1, fc2, logits
+    return {
+        "dense_flops": 2.0 * batch * weights,
+        "attn_flops": 2.0 * 2 * batch * layers * length * h,  # QK^T and PV
+        "dense_bytes": 4.0 * weights,  # read once, shared by the batch
+        "attn_bytes": 4.0 * 2 * batch * layers * length * h,  # every row's K and V
+    }
+
+
+def decode_step_curve(
+    model: torch.nn.Module, shape: Shape, lengths: list[int], repeats: int
+) -> list[tuple[int, float, float, dict[str, float]]]:
+    """(L, median s, min s, self-CPU ms per category) of one cached decode step per length."""
+    from mcore_grpo.worker.forward import attention_inputs, model_logits
+    from megatron.core.inference.contexts import StaticInferenceContext
+    from megatron.core.inference.utils import InferenceMode
+
+    device = next(model.parameters()).device
+    top = max(lengths)
+    batch = shape.batch
+    context = StaticInferenceContext(batch, top)
+    ids = torch.randint(0, VOCAB, (batch, PROMPT), device=device)
+    key_padding = torch.zeros((batch, 1, 1, top), dtype=torch.bool, device=device)
+    token = ids[:, -1:]
+    with torch.no_grad(), InferenceMode.active():
+        positions, mask = attention_inputs(torch.ones_like(ids))
+        model_logits(model, ids, positions, mask, context)  # allocates the cache
+        for keys, values in context.key_value_memory_dict.values():
+            keys.normal_()
+            values.normal_()
+        context.enable_decode_mode()
+
+        def step(length: int) -> None:
+            # The step the sampler takes with length - 1 tokens cached: one more, L keys.
+            context.sequence_len_offset = length - 1
+            position = torch.full((batch, 1), length - 1, dtype=torch.long, device=device)
+            model_logits(model, token, position, key_padding[..., :length], context)
+
+        times: dict[int, list[float]] = {n: [] for n in lengths}
+        for n in lengths:
+            step(n)  # warm-up
+        for _ in range(repeats):
+            for n in lengths:  # interleaved: a load spike hits every length alike
+                times[n].append(_timed(lambda n=n: step(n), device, 1))
+        rows = []
+        with rope_labelled():
+            for n in lengths:
+                with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as p:
+                    for _ in range(5):
+                        step(n)
+                split = {"attention": 0.0, "rope": 0.0, "dense": 0.0, "other": 0.0}
+                for event in p.key_averages():
+                    ms = event.self_cpu_time_total / 1e3 / 5
+                    if event.key == ROPE_RANGE:
+                        split["rope"] += event.cpu_time_total / 1e3 / 5 - ms
+                    elif event.key in ATTENTION_OPS:
+                        split["attention"] += ms
+                    elif event.key in DENSE_OPS:
+                        split["dense"] += ms
+                    else:
+                        split["other"] += ms
+                split["other"] -= split["rope"]  # rope's child ops were counted there
+                rows.append((n, statistics.median(times[n]), min(times[n]), split))
+    return rows
+
+
+def print_step_curve(shape: Shape, rows: list[tuple[int, float, float, dict[str, float]]]) -> None:
+    """The step curve table and the analytic work next to it."""
+    print()
+    print(
+        "| cache length L | step ms (median) | step ms (min) | attention over cache ms | "
+        "rope ms | dense ms | other ms | attn/dense FLOPs | attn/dense bytes read |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for n, median_s, min_s, split in rows:
+        work = step_work(shape, n)
+        print(
+            f"| {n} | {1e3 * median_s:.2f} | {1e3 * min_s:.2f} | {split['attention']:.2f} | "
+            f"{split['rope']:.2f} | {split['dense']:.2f} | {split['other']:.2f} | "
+            f"{work['attn_flops'] / work['dense_flops']:.2f} | "
+            f"{work['attn_bytes'] / work['dense_bytes']:.2f} |"
+        )
+    first = step_work(shape, rows[0][0])
+    print(
+        f"(profiled ms: self CPU time per step, mean of 5 profiled steps; dense per step "
+        f"{first['dense_flops'] / 1e6:.1f} MFLOP, {first['dense_bytes'] / 2**20:.1f} MiB of "
+        "weights)"
+    )
+
+
+def _load() -> str:
+    """The 1-minute load average (a shared machine's figures are read against it)."""
+    return f"{os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else "n/a"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--lengths", type=int, nargs="+", default=[64, 256, 1024])
     parser.add_argument("--recompute-max-t", type=int, default=256)
-    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="runs per T (median; cached runs interleaved)"
+    )
     parser.add_argument(
         "--threads",
         type=int,
@@ -157,20 +320,39 @@ def main() -> None:
         help="torch intra-op threads (default: torch's). On a CPU shared with other jobs, 1 "
         "avoids a 2-thread pool waiting for a second core on every small op",
     )
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--ffn", type=int, default=None, help="default 4 x hidden")
+    parser.add_argument("--rope", action="store_true", help="rope instead of learned positions")
+    parser.add_argument("--batch", type=int, default=8, help="rows decoded together")
+    parser.add_argument("--cached-only", action="store_true", help="skip the recompute sampler")
+    parser.add_argument(
+        "--step-curve", action="store_true", help="time and profile one decode step per length"
+    )
+    parser.add_argument("--step-repeats", type=int, default=20)
     args = parser.parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     from mcore_grpo.worker.cpu import cpu_device
     from mcore_grpo.worker.generation import SamplingParams, generate
 
-    _, model, device_name = build(max(args.lengths))
+    shape = Shape(
+        layers=args.layers,
+        hidden=args.hidden,
+        heads=args.heads,
+        ffn=args.ffn or 4 * args.hidden,
+        rope=args.rope,
+        batch=args.batch,
+    )
+    _, model, device_name = build(max(args.lengths), shape)
     device = torch.device(device_name)
     torch.manual_seed(0)
-    ids = torch.randint(0, VOCAB, (BATCH, PROMPT), device=device)
+    ids = torch.randint(0, VOCAB, (shape.batch, PROMPT), device=device)
     mask = torch.ones_like(ids)
     print(
-        f"device {device_name} ({torch.get_num_threads()} threads), GPTModel local spec 4 x 256, "
-        f"vocab {VOCAB}, fp32, batch {BATCH}, prompt {PROMPT}"
+        f"device {device_name} ({torch.get_num_threads()} threads), {shape.describe()}, "
+        f"vocab {VOCAB}, fp32, batch {shape.batch}, prompt {PROMPT}; load average {_load()}"
     )
 
     def run(backend: str, steps: int) -> Callable[[], Any]:
@@ -181,10 +363,20 @@ def main() -> None:
     rows = []
     with cpu_device(device_name):
         run("static_cache", 4)()  # warm-up
-        run("recompute", 4)()
+        if not args.cached_only:
+            run("recompute", 4)()
+        # Cached runs interleaved over T, round by round: a load spike on a shared machine
+        # hits every length alike instead of one.
+        cached_runs: dict[int, list[float]] = {t: [] for t in args.lengths}
+        for _ in range(args.repeats):
+            for t in args.lengths:
+                cached_runs[t].append(_timed(run("static_cache", t), device, 1))
         for t in args.lengths:
-            cached_s = _timed(run("static_cache", t), device, args.repeats)
-            if t <= args.recompute_max_t:
+            cached_s = statistics.median(cached_runs[t])
+            recompute_s, how = None, "not run (--cached-only)"
+            if args.cached_only:
+                pass
+            elif t <= args.recompute_max_t:
                 recompute_s = _timed(run("recompute", t), device, args.repeats)
                 estimate_s = recompute_estimate(model, ids, t, device)
                 how = f"measured (estimator check: {estimate_s:.2f} s)"
@@ -196,26 +388,38 @@ def main() -> None:
                 bare_mcore_decode(model, ids, 4)
                 bare_s = _timed(lambda t=t: bare_mcore_decode(model, ids, t), device, args.repeats)
             rows.append((t, cached_s, recompute_s, how, bare_s))
+            recompute_text = "-" if recompute_s is None else f"{recompute_s:.2f} s"
             print(
-                f"T={t}: cached {cached_s:.2f} s, recompute {recompute_s:.2f} s ({how})", flush=True
+                f"T={t}: cached {cached_s:.2f} s, recompute {recompute_text} ({how}); "
+                f"load {_load()}",
+                flush=True,
             )
+        curve = None
+        if args.step_curve:
+            lengths = [PROMPT + t for t in args.lengths]
+            curve = decode_step_curve(model, shape, lengths, args.step_repeats)
 
     print()
     print("| T | cached tok/s | recompute tok/s | ratio | cached ms/token-step | recompute |")
     print("|---|---|---|---|---|---|")
     for t, cached_s, recompute_s, how, _ in rows:
-        tokens = BATCH * t
+        tokens = shape.batch * t
+        recompute = "-" if recompute_s is None else f"{tokens / recompute_s:.1f}"
+        ratio = "-" if recompute_s is None else f"{recompute_s / cached_s:.1f}x"
         print(
-            f"| {t} | {tokens / cached_s:.0f} | {tokens / recompute_s:.1f} | "
-            f"{recompute_s / cached_s:.1f}x | {1e3 * cached_s / t:.1f} | {how} |"
+            f"| {t} | {tokens / cached_s:.0f} | {recompute} | {ratio} | "
+            f"{1e3 * cached_s / t:.1f} | {how} |"
         )
+    if curve is not None:
+        print_step_curve(shape, curve)
+    print(f"\nload average at the end: {_load()}")
     if device.type == "cuda":
         print()
         print("| T | cached tok/s | bare megatron-core static decode tok/s | cached / bare |")
         print("|---|---|---|---|")
         for t, cached_s, _, _, bare_s in rows:
             assert bare_s is not None
-            tokens = BATCH * t
+            tokens = shape.batch * t
             print(
                 f"| {t} | {tokens / cached_s:.0f} | {tokens / bare_s:.0f} | {bare_s / cached_s:.2f}x |"
             )

@@ -6,7 +6,10 @@ TP=1. With --tests, the wall time of `pytest tests/integration`.
 `--fair`: the split step (begin, K x train_microbatch, finish) against the one-shot `train()`
 over the SAME K microbatches (one schedule call of K), at DP=2, on a model where compute
 dominates (4 layers, hidden 256, ffn 1024, vocab 1024, 4 x 128 tokens per microbatch per
-rank), K = 1, 4, 8; median of --steps interleaved steps each.
+rank), K = 1, 4, 8. The two modes alternate step by step (interleaved, so a load spike hits
+both); printed: each mode's median over --steps steps, the median of the per-pair ratios
+(split step i / one-shot step i, the figure least moved by a shared machine's load), and
+the load average before and after.
 
 Run: .venv/bin/python benchmarks/bench_worker.py [--steps N] [--tests] [--fair]
 """
@@ -152,7 +155,18 @@ def measure_fair() -> dict[str, float]:
                     times[mode].append(time.perf_counter() - start)
         out[f"K={k} split_ms"] = 1e3 * statistics.median(times["split"])
         out[f"K={k} oneshot_ms"] = 1e3 * statistics.median(times["oneshot"])
+        out[f"K={k} pair_ratio"] = statistics.median(
+            s / o for s, o in zip(times["split"], times["oneshot"], strict=True)
+        )
     return out
+
+
+def load_average() -> str:
+    """The 1-, 5- and 15-minute load averages (figures on a shared machine are read against
+    them)."""
+    import os
+
+    return " / ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def init_world1() -> None:
@@ -183,14 +197,22 @@ def main() -> None:
     from tests.support.ports import free_port
 
     if args.fair:
+        print(f"load average (1 / 5 / 15 min) before: {load_average()}", flush=True)
         fair = spawn2(measure_fair, free_port())
-        print("| K | split step ms | one-shot train() ms | split / one-shot |")
-        print("|---|---|---|---|")
+        print(
+            "| K | split step ms | one-shot train() ms | split / one-shot (medians) | "
+            "median of interleaved pair ratios |"
+        )
+        print("|---|---|---|---|---|")
         for k in FAIR_K:
             split = max(fair[r][f"K={k} split_ms"] for r in fair)
             oneshot = max(fair[r][f"K={k} oneshot_ms"] for r in fair)
-            print(f"| {k} | {split:.0f} | {oneshot:.0f} | {split / oneshot:.3f} |")
-        print("(max over the 2 DP ranks of each rank's median)")
+            pairs = max(fair[r][f"K={k} pair_ratio"] for r in fair)
+            print(f"| {k} | {split:.0f} | {oneshot:.0f} | {split / oneshot:.3f} | {pairs:.3f} |")
+        print(
+            f"(max over the 2 DP ranks of each rank's median, {STEPS} interleaved steps per "
+            f"mode; load average after: {load_average()})"
+        )
         return
 
     start = time.perf_counter()

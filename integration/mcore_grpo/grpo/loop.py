@@ -150,12 +150,14 @@ class GRPOLoop:
         )
         replica_results = self.layout.per_replica(results)
         exact = float((rewards == 1.0).float().mean())
-        record = {
+        training = train_metrics(replica_results)
+        record: dict[str, Any] = {
             "step": step,
             "reward_mean": float(rewards.mean()),
             "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
             "accuracy": exact,
-            **train_metrics(replica_results),
+            "position_accuracy": self.task.position_accuracy(responses, sample_problems),
+            **training,
             "response_tokens_mean": sum(len(r) for r in responses) / len(responses),
             "generation_time_s": generation_time,
             "logprob_time_s": max(r.logprob_time_s for r in results),
@@ -163,9 +165,9 @@ class GRPOLoop:
             "step_time_s": time.perf_counter() - t0,
             "workers": self.layout.world,
         }
-        if not math.isfinite(record["loss"]):
+        if not math.isfinite(training["loss"]):
             raise FloatingPointError(
-                f"step {step}: loss is {record['loss']}; lower "
+                f"step {step}: loss is {training['loss']}; lower "
                 "policy.megatron_cfg.optimizer.lr or check the config"
             )
         return record

@@ -98,10 +98,15 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 
 
 def step_line(record: Mapping[str, Any], max_steps: int) -> str:
-    """The one log line per step."""
+    """The one log line per step (with the least accurate answer position, when recorded)."""
+    worst = ""
+    positions = record.get("position_accuracy")
+    if positions:
+        i = min(range(len(positions)), key=positions.__getitem__)
+        worst = f"| worst position {i} {positions[i]:.2f} "
     return (
         f"step {record['step']:>3}/{max_steps} | reward {record['reward_mean']:.3f} "
-        f"| loss {record['loss']:+.4f} | kl {record['kl']:.5f} "
+        f"| loss {record['loss']:+.4f} | kl {record['kl']:.5f} {worst}"
         f"| gen {record['generation_time_s']:.2f}s lp {record['logprob_time_s']:.2f}s "
         f"train {record['training_time_s']:.2f}s | step {record['step_time_s']:.2f}s"
     )

@@ -119,6 +119,26 @@ class DigitAddTask:
         """`score_response` against this problem's answer."""
         return score_response(response_ids, self.token_id(str(problem.answer)), self.eos_id)
 
+    def targets(self, problem: Problem) -> list[int]:
+        """Token ids of the exact answer: the digit, then ``<eos>``."""
+        return [self.token_id(str(problem.answer)), self.eos_id]
+
+    def position_accuracy(
+        self, responses: Sequence[Sequence[int]], problems: Sequence[Problem]
+    ) -> list[float]:
+        """Per answer position i, the share of responses whose token i is the target's.
+
+        Says WHICH position keeps a near-perfect reward from being an exact answer (a
+        response too short to reach position i counts as wrong there)."""
+        if len(responses) != len(problems):
+            raise ValueError(f"{len(responses)} responses for {len(problems)} problems")
+        width = self.max_response_tokens
+        hits = [0] * width
+        for response, problem in zip(responses, problems, strict=True):
+            for i, (got, want) in enumerate(zip(response, self.targets(problem), strict=False)):
+                hits[i] += got == want
+        return [h / max(len(responses), 1) for h in hits]
+
     def decode(self, ids: Sequence[int]) -> str:
         """Readable text of token ids (for logs)."""
         return " ".join(SYMBOLS[i] if 0 <= i < len(SYMBOLS) else f"<{i}?>" for i in ids)

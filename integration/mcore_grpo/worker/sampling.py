@@ -104,6 +104,12 @@ class Rollout:
 
     A row is live until it samples a stop token; afterwards its columns hold the pad id with
     mask 0, generated-mask 0 and logprob 0 (the recompute sampler's layout since the seed).
+
+    For a one-token decode step over a KV cache it also keeps, column by column, what that
+    step needs: `key_padding` ([B, 1, 1, width] bool, True = pad or stopped column; the step
+    passes a view of its first `length` columns) and `real_tokens` ([B], real tokens so far).
+    Updating them in place costs O(B) per step; rebuilding them from `mask` would cost
+    O(B * length) and allocate per step.
     """
 
     def __init__(
@@ -123,6 +129,9 @@ class Rollout:
         self.logprobs = torch.zeros((batch, width), dtype=torch.float32, device=device)
         self.done = torch.zeros(batch, dtype=torch.bool, device=device)
         self.stops = torch.tensor(params.stop_token_ids, dtype=torch.long, device=device)
+        self.key_padding = torch.ones((batch, 1, 1, width), dtype=torch.bool, device=device)
+        self.key_padding[:, 0, 0, :plen] = ~prompt_mask.bool()
+        self.real_tokens = self.mask[:, :plen].sum(dim=1)
 
     @property
     def length(self) -> int:
@@ -138,10 +147,17 @@ class Rollout:
         )
         self.mask[:, col] = live.long()
         self.gen_mask[:, col] = live.long()
+        self.key_padding[:, 0, 0, col] = ~live
+        self.real_tokens += live.long()
         self.logprobs[:, col] = token_logp * live
         self.done = self.done | (live & torch.isin(token, self.stops))
         self.steps += 1
         return self.steps >= self.params.max_new_tokens or bool(self.done.all())
+
+    def last_position(self) -> torch.Tensor:
+        """[B, 1] position of the last filled column's token: the real tokens before it (as
+        ``cumsum - 1`` of `attention_inputs` counts; 0 for a row with none)."""
+        return (self.real_tokens - 1).clamp(min=0)[:, None]
 
     def output(self) -> GenerationOutput:
         """The filled columns only (as if built by concatenation)."""

@@ -11,7 +11,8 @@ every step, as in the recompute forward (`forward.attention_inputs`):
 - prefill: the causal + key-padding mask over the prompt, positions counting real tokens;
 - decode: a [B, 1, 1, S] key-padding mask over all cached columns (pad columns and the
   columns of rows that already stopped stay masked), the new token's position = the row's
-  real tokens before it.
+  real tokens before it. Both are kept up to date by the `Rollout` one column per step, so
+  the step does no O(S) work of its own besides attention over the cache.
 megatron-core's local attention applies a given mask as-is, and switches its mask type to
 `no_mask` once `sequence_len_offset > 0`, which only stops it from adding an implicit causal
 mask (a one-token query needs none).
@@ -70,10 +71,11 @@ def generate_static_cache(
         context.enable_decode_mode()
         while not rollout.append(*sample_next(logits[:, -1, :], params, vocab_size, generator)):
             n = rollout.length
-            valid = rollout.mask[:, :n]
-            # The new token's position counts the real tokens before it (as cumsum - 1 does).
-            position = (valid.sum(dim=1, keepdim=True) - 1).clamp(min=0)
-            key_padding = ~valid.bool()[:, None, None, :]
-            logits = model_logits(model, rollout.ids[:, n - 1 : n], position, key_padding, context)
+            # Mask and position are kept column by column by the rollout (O(B) per step),
+            # not rebuilt over all n columns; the mask is a view of its first n columns.
+            key_padding = rollout.key_padding[..., :n]
+            logits = model_logits(
+                model, rollout.ids[:, n - 1 : n], rollout.last_position(), key_padding, context
+            )
             context.increment_sequence_len_offset(1)
     return rollout.output()

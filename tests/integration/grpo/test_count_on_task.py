@@ -61,3 +61,44 @@ def test_build_task_and_preset() -> None:
         build_task("nope")
     with pytest.raises(ValueError, match="num_terms"):
         CountOnTask(num_terms=0)
+
+
+def test_position_accuracy_names_the_wrong_position() -> None:
+    """Per answer position, the share of responses holding the target token there."""
+    task = CountOnTask(max_addend=3, num_terms=4)
+    problem = task.problem(7, 3)  # answer 0 3 6 9 <eos>
+    responses = [
+        _ids(task, "0 3 6 9 <eos>"),  # exact
+        _ids(task, "0 3 6 9 2"),  # every term right, no <eos> (ran to the token budget)
+        _ids(task, "0 3"),  # stopped early (no <eos> either): later positions count as wrong
+        _ids(task, "1 3 6 9 <eos>"),  # first term wrong
+    ]
+    assert task.position_accuracy(responses, [problem] * 4) == [0.75, 1.0, 0.75, 0.75, 0.5]
+    with pytest.raises(ValueError, match="responses"):
+        task.position_accuracy(responses, [problem])
+
+
+def test_position_accuracy_of_digit_add() -> None:
+    task = build_task("digit-add")
+    problem = task.problem(7, 1)  # answer 8 <eos>
+    responses = [list(task.tokenizer.encode(t).ids) for t in ("8 <eos>", "8 8", "3")]
+    assert task.position_accuracy(responses, [problem] * 3) == [2 / 3, 1 / 3]
+
+
+def test_step_line_names_the_least_accurate_position() -> None:
+    from mcore_grpo.grpo.metrics import step_line
+
+    record = {
+        "step": 3,
+        "reward_mean": 0.95,
+        "loss": 0.1,
+        "kl": 0.2,
+        "generation_time_s": 1.0,
+        "logprob_time_s": 0.1,
+        "training_time_s": 0.2,
+        "step_time_s": 1.4,
+        "position_accuracy": [1.0, 0.99, 0.0],
+    }
+    assert "worst position 2 0.00" in step_line(record, 10)
+    del record["position_accuracy"]
+    assert "worst position" not in step_line(record, 10)

@@ -72,6 +72,37 @@ def _assert_same(a: GenerationOutput, b: GenerationOutput) -> None:
     assert float((a.logprobs - b.logprobs).abs().max()) <= 1e-5
 
 
+@pytest.fixture(scope="module")
+def rope_model(world1: None) -> torch.nn.Module:
+    """The same tiny GPT with rope positions (the cpu-count-on preset's kind)."""
+    cfg = dataclasses.replace(
+        tiny_config(overlap=False),
+        model=ModelConfig(
+            vocab_size=REAL, padded_vocab_size_override=VOCAB, position_embedding_type="rope"
+        ),
+    )
+    worker = MegatronPolicyWorker(cfg)
+    worker.prepare_for_generation()
+    worker.policy.ddp.eval()
+    return worker.policy.ddp
+
+
+def test_rope_cached_equals_recompute(rope_model: torch.nn.Module) -> None:
+    """With rope the cache holds rotated keys (patches/Megatron-LM
+    cache-rotated-keys-in-static-batching-inference.patch); greedy tokens and logprobs are
+    still the recompute path's, over 20 steps."""
+    ids, mask = prompts(rows=6, length=7, vocab=REAL)
+    kw = {"temperature": GREEDY, "max_new_tokens": 20}
+    cached = _run(rope_model, ids, mask, "static_cache", **kw)
+    _assert_same(cached, _run(rope_model, ids, mask, "recompute", **kw))
+    assert len(set(cached.output_ids[:, 7:].flatten().tolist())) > 4
+    sampled = {"temperature": 1.0, "max_new_tokens": 20}
+    _assert_same(
+        _run(rope_model, ids, mask, "static_cache", seed=5, **sampled),
+        _run(rope_model, ids, mask, "recompute", seed=5, **sampled),
+    )
+
+
 def test_default_backend_is_the_static_cache(model: torch.nn.Module) -> None:
     assert resolve_backend(model, SamplingParams())[0] == "static_cache"
 
