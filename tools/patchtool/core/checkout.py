@@ -9,6 +9,8 @@
   insteadOf) answered but could not give that commit; apply does not retry it on every run.
 - config `CLONED_FROM_KEY = <url>`: apply cloned the checkout from this mirror (`--mirror-dir`),
   so `status` names it as the source even in a later run without the mirror.
+- config `WIRED_KEY = <nested path>` (one value per link): apply linked this nested path of the
+  checkout to one of our checkouts (core/nested_wiring.py); reset removes exactly these.
 
 Every command reads these names from here; none spells a ref or key out itself.
 """
@@ -30,6 +32,7 @@ PIN_REF = "refs/patchtool/pin"
 STANDIN_KEY = "patchtool.standin"
 CLONE_FAILED_KEY = "patchtool.cloneFailed"
 CLONED_FROM_KEY = "patchtool.clonedFrom"
+WIRED_KEY = "patchtool.wired"
 
 
 def series_digest(up: Upstream, series_dir: Path, series: Series) -> str:
@@ -41,8 +44,16 @@ def series_digest(up: Upstream, series_dir: Path, series: Series) -> str:
 
 
 def dirty_files(repo: Path) -> list[str]:
-    """Uncommitted changes (tracked and untracked, not ignored) as `XY path` lines."""
-    out = git(["status", "--porcelain=v1", "--untracked-files=normal"], repo)
+    """Uncommitted changes (tracked and untracked, not ignored) as `XY path` lines.
+
+    The nested links apply made (`WIRED_KEY`) are not changes: they are left out by pathspec,
+    even if their skip-worktree bit or exclude line was lost (git status would otherwise fail
+    on a link at a submodule path, or list it as untracked).
+    """
+    wired = git_text(["config", "--get-all", WIRED_KEY], repo, check=False).splitlines()
+    spec = [f":(exclude,literal){path}" for path in wired if path]
+    args = ["status", "--porcelain=v1", "--untracked-files=normal"]
+    out = git([*args, "--", ".", *spec] if spec else args, repo)
     return [line for line in out.splitlines() if line.strip()]
 
 
