@@ -12,6 +12,7 @@ from ..command import Command, root_of
 from ..core.manifest import load_manifest
 from ..core.nested_wiring import wiring_status
 from ..core.state import upstream_status
+from ..source.detect import MISSING
 
 
 def _human(row: dict[str, object]) -> str:
@@ -34,7 +35,8 @@ def _human(row: dict[str, object]) -> str:
     for label in row["patch_labels"]:  # type: ignore[union-attr]
         lines.append(f"  {label['patch']}: {label['label']} [{row['proxy']}]")
     wiring = row["wiring"]
-    lines.append(f"  nested wiring: {wiring['note']}")  # type: ignore[index]
+    if wiring["links"] or row["source"] == MISSING:  # type: ignore[index]
+        lines.append(f"  nested wiring: {wiring['note']}")  # type: ignore[index]
     for link in wiring["links"]:  # type: ignore[index]
         text = (
             f"    {link['path']} -> our {link['target']} ({link['distribution']}): {link['state']}"

@@ -445,8 +445,9 @@ def wire_after_apply(root: Path, manifest: Manifest, outcome: Outcome) -> Outcom
 
 
 def unwire_after_reset(root: Path, manifest: Manifest, outcome: Outcome) -> Outcome:
-    """reset's last step: remove the nested links apply made in this upstream's checkout."""
-    if outcome.state != State.RESET:
+    """reset's last step: remove the nested links apply made in this upstream's checkout (also
+    where there was no pin to go back to; not where reset refused: then nothing changes)."""
+    if outcome.state == State.ERROR:
         return outcome
     try:
         removed = unwire_host(root, manifest, manifest.upstreams[outcome.name])
