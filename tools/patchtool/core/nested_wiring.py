@@ -314,6 +314,25 @@ def _hide(repo: Path, path: str, gitlink: bool) -> None:
         _set_excluded(repo, path, True)
 
 
+def refuse_blocked(root: Path, manifest: Manifest, host: Upstream) -> None:
+    """apply's first step for `host`: refuse before the series step if a nested path holds a
+    checkout, files or a foreign link (a dirty nested checkout would otherwise be reported
+    only as a modified path of the host). Reads the file system only, unless one is suspect."""
+    host_repo = checkout_dir(root, host)
+    if not is_repo(host_repo):
+        return
+    for link in _host_links(root, manifest, host):
+        nested = host_repo / link.path
+        target = checkout_dir(root, manifest.upstreams[link.target])
+        if nested.is_symlink() and os.path.realpath(nested) == os.path.realpath(target):
+            continue
+        if not nested.exists() or (nested.is_dir() and not any(nested.iterdir())):
+            continue
+        state = inspect(root, manifest, link)
+        if state.state in (BLOCKED, FOREIGN):
+            raise PatchToolError(f"{state.detail} (nothing was changed)")
+
+
 def wire_host(root: Path, manifest: Manifest, host: Upstream) -> list[LinkState]:
     """Link every nested path of `host` to our checkout; all or nothing, idempotent.
 
