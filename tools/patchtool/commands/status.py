@@ -10,7 +10,7 @@ import json
 
 from ..command import Command, root_of
 from ..core.manifest import load_manifest
-from ..core.nested_wiring import wiring_status
+from ..core.nested_wiring import link_line, wiring_status
 from ..core.state import upstream_status
 from ..source.detect import MISSING
 
@@ -38,13 +38,7 @@ def _human(row: dict[str, object]) -> str:
     if wiring["links"] or row["source"] == MISSING:  # type: ignore[index]
         lines.append(f"  nested wiring: {wiring['note']}")  # type: ignore[index]
     for link in wiring["links"]:  # type: ignore[index]
-        text = (
-            f"    {link['path']} -> our {link['target']} ({link['distribution']}): {link['state']}"
-        )
-        text += f"; {link['detail']}" if link["detail"] else ""
-        text += f" [gitlink {link['recorded'][:12]} kept]" if link["recorded"] else ""
-        text += f"; from {link['origin']}"
-        lines.append(text + (f"; NOTE: {link['note']}" if link["note"] else ""))
+        lines.append(f"    {link_line(link, origin=True)}")
     return "\n".join(lines)
 
 

@@ -77,13 +77,17 @@ class LinkState:
         return row
 
     def line(self) -> str:
-        """One human line: path -> target, state, detail and note."""
-        text = (
-            f"{self.link.path} -> our {self.link.target} ({self.link.distribution}): {self.state}"
-        )
-        text += f"; {self.detail}" if self.detail else ""
-        text += f" [gitlink {self.recorded[:12]} kept]" if self.recorded else ""
-        return text + (f"; NOTE: {self.note}" if self.note else "")
+        return link_line(self.as_dict())
+
+
+def link_line(row: dict[str, str], *, origin: bool = False) -> str:
+    """One human line of a link row (`LinkState.as_dict()`): path, target, state, detail, the
+    gitlink it keeps, where the path was read (`origin`), and the note."""
+    text = f"{row['path']} -> our {row['target']} ({row['distribution']}): {row['state']}"
+    text += f"; {row['detail']}" if row["detail"] else ""
+    text += f" [gitlink {row['recorded'][:12]} kept]" if row["recorded"] else ""
+    text += f"; from {row['origin']}" if origin else ""
+    return text + (f"; NOTE: {row['note']}" if row["note"] else "")
 
 
 def normalise_name(name: str) -> str:
