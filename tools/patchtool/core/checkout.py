@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from .git import git, git_ok, git_text, rev
+from .git import git, git_ok, git_text, rev, run
 from .manifest import Upstream
 from .series import Series
 
@@ -46,14 +46,22 @@ def series_digest(up: Upstream, series_dir: Path, series: Series) -> str:
 def dirty_files(repo: Path) -> list[str]:
     """Uncommitted changes (tracked and untracked, not ignored) as `XY path` lines.
 
-    The nested links apply made (`WIRED_KEY`) are not changes: they are left out by pathspec,
-    even if their skip-worktree bit or exclude line was lost (git status would otherwise fail
-    on a link at a submodule path, or list it as untracked).
+    The nested links apply made (`WIRED_KEY`) are not changes: git hides them (skip-worktree,
+    an exclude line); should that be lost, git status fails on a link at a submodule path or
+    lists it as untracked, and the status is taken again leaving those paths out by pathspec.
+    A clean checkout costs one git call, as before the wiring.
     """
-    wired = git_text(["config", "--get-all", WIRED_KEY], repo, check=False).splitlines()
-    spec = [f":(exclude,literal){path}" for path in wired if path]
     args = ["status", "--porcelain=v1", "--untracked-files=normal"]
-    out = git([*args, "--", ".", *spec] if spec else args, repo)
+    proc = run(args, repo)
+    out = proc.stdout.decode("utf-8", errors="surrogateescape")
+    if proc.returncode == 0 and not out.strip():
+        return []
+    wired = git_text(["config", "--get-all", WIRED_KEY], repo, check=False).splitlines()
+    if wired:
+        spec = [f":(exclude,literal){path}" for path in wired if path]
+        out = git([*args, "--", ".", *spec], repo)
+    elif proc.returncode != 0:
+        out = git(args, repo)  # raises with git's own message
     return [line for line in out.splitlines() if line.strip()]
 
 

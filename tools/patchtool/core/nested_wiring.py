@@ -350,17 +350,18 @@ def wire_host(root: Path, manifest: Manifest, host: Upstream) -> list[LinkState]
     refused = [s for s in states if s.state in (BLOCKED, FOREIGN)]
     if refused:
         raise PatchToolError("; ".join(s.detail for s in refused) + " (nothing was changed)")
-    recorded = recorded_links(host_repo) if states else []
+    # A hidden link was recorded before it was made (_make_link): only a repair reads config.
+    repair = any(s.state == WIRED and not s.hidden for s in states)
+    recorded = recorded_links(host_repo) if repair else []
     for state in states:
         if state.state == UNWIRED:
             _make_link(root, manifest, state.link, state.recorded)
             state.state, state.made, state.hidden = WIRED, True, True
             link = host_repo / state.link.path
             state.detail = f"{host.path}/{state.link.path} -> {os.readlink(link)}"
-        elif state.state == WIRED:
+        elif state.state == WIRED and not state.hidden:
             # Kept invisible and recorded even if the host's index was rebuilt meanwhile.
-            if not state.hidden:
-                _hide(host_repo, state.link.path, bool(state.recorded))
+            _hide(host_repo, state.link.path, bool(state.recorded))
             if state.link.path not in recorded:
                 git(["config", "--add", WIRED_KEY, state.link.path], host_repo)
     return states
