@@ -143,8 +143,32 @@ def uv_lock_paths(checkout: Path) -> dict[str, str]:
     return out
 
 
+def _stat(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+# plan_links results by what they are read from (each checkout's pyproject.toml and uv.lock):
+# apply and status ask once per upstream, and NeMo-RL's lock is 0.9 MB.
+_PLANS: dict[tuple[object, ...], list[Link]] = {}
+
+
 def plan_links(root: Path, manifest: Manifest) -> list[Link]:
     """Every link the checkouts present here call for, in manifest order of their hosts."""
+    key: list[object] = [root]
+    for up in manifest.upstreams.values():
+        repo = checkout_dir(root, up)
+        key += [up.name, up.path, up.distribution, is_repo(repo)]
+        key += [_stat(repo / "pyproject.toml"), _stat(repo / "uv.lock")]
+    if tuple(key) not in _PLANS:
+        _PLANS[tuple(key)] = _plan_links(root, manifest)
+    return list(_PLANS[tuple(key)])
+
+
+def _plan_links(root: Path, manifest: Manifest) -> list[Link]:
     by_dist = {normalise_name(u.distribution): u for u in manifest.upstreams.values()}
     links: list[Link] = []
     for host in manifest.upstreams.values():
