@@ -117,10 +117,15 @@ def make_stack(tmp: Path, *, bridge_standin: bool = False, with_rl: bool = True)
         run(["clone", "-q", "--no-checkout", str(ups / name), str(checkout)], root)
         run(["checkout", "-q", "--detach", pins[name]], checkout)
     (root / "patches" / "upstreams.toml").write_text("\n".join(manifest))
+    (root / ".gitmodules").write_text(
+        "".join(
+            f'[submodule "3rdparty/{n}"]\n\tpath = 3rdparty/{n}\n\turl = {ups / n}\n' for n in dists
+        )
+    )
     if bridge_standin:
         run(["config", "patchtool.standin", STANDIN_SPEC], root / "3rdparty" / BRIDGE)
     for name, sha in pins.items():
         run(["update-index", "--add", "--cacheinfo", f"160000,{sha},3rdparty/{name}"], root)
-    run(["add", "patches"], root)
+    run(["add", "patches", ".gitmodules"], root)
     run(["commit", "-q", "-m", "superproject"], root)
     return Stack(root, pins)

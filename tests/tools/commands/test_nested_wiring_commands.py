@@ -125,3 +125,36 @@ def test_check_pins_is_unchanged_by_the_wiring(
     assert _cli(stack, capsys, "check-pins") == before
     code, out, _ = _cli(stack, capsys, "lint")
     assert code == 0, out
+
+
+def test_a_pin_move_while_wired_fetches_and_rewires(
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """NeMo-RL's pin moves to a commit nesting another Bridge commit: apply fetches it through
+    `git submodule update` (git fetch fails on a linked submodule path unless the wiring turned
+    fetch recursion off), checks it out (git replaces the link by an empty directory) and links
+    again, keeping the new gitlink."""
+    with (tmp_path / "isolated.gitconfig").open("a") as config:  # submodule fetch of file URLs
+        config.write('[protocol "file"]\n\tallow = always\n')
+    assert _cli(stack, capsys, "apply")[0] == 0
+    ups = stack.root.parent / "upstreams"
+    run(["commit", "-q", "--allow-empty", "-m", "bridge next"], ups / BRIDGE)
+    bridge_next = run(["rev-parse", "HEAD"], ups / BRIDGE)
+    run(["update-index", "--cacheinfo", f"160000,{bridge_next},{BRIDGE_IN_RL}"], ups / RL)
+    run(["commit", "-q", "-m", "bump bridge"], ups / RL)
+    rl_next = run(["rev-parse", "HEAD"], ups / RL)
+    manifest = stack.root / "patches" / "upstreams.toml"
+    manifest.write_text(manifest.read_text().replace(stack.pins[RL], rl_next))
+    run(["update-index", "--cacheinfo", f"160000,{rl_next},3rdparty/{RL}"], stack.root)
+    code, out, err = _cli(stack, capsys, "apply", RL)
+    assert code == 0, err
+    assert f"applied 0 patches on {rl_next[:12]}" in out
+    assert f"[gitlink {bridge_next[:12]} kept]" in out
+    rl = stack.checkout(RL)
+    assert os.path.realpath(rl / BRIDGE_IN_RL) == os.path.realpath(stack.checkout(BRIDGE))
+    assert run(["status", "--porcelain"], rl) == ""
+    assert run(["ls-files", "-s", "-v", "--", BRIDGE_IN_RL], rl).split()[:3] == [
+        "S",
+        "160000",
+        bridge_next,
+    ]

@@ -304,3 +304,15 @@ def test_editable_install_from_nemo_rls_paths_imports_our_trees(stack: Stack) ->
     assert os.path.realpath(out[1]) == os.path.realpath(
         stack.checkout(BRIDGE) / "src" / "megatron" / "bridge" / "__init__.py"
     )
+
+
+def test_fetch_works_while_wired_and_its_setting_comes_back(stack: Stack) -> None:
+    rl = stack.checkout(RL)
+    run(["config", "fetch.recurseSubmodules", "on-demand"], rl)  # the user's own setting
+    _wire_all(stack)
+    assert run(["config", "--get", "fetch.recurseSubmodules"], rl) == "false"
+    run(["fetch", "-q", "origin"], rl)  # fails on the linked submodule path if it recursed
+    _unwire_all(stack)
+    assert run(["config", "--get", "fetch.recurseSubmodules"], rl) == "on-demand"
+    bridge = stack.checkout(BRIDGE)
+    assert run(["config", "--get", "fetch.recurseSubmodules"], bridge, check=False) == ""

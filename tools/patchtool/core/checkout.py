@@ -11,6 +11,9 @@
   so `status` names it as the source even in a later run without the mirror.
 - config `WIRED_KEY = <nested path>` (one value per link): apply linked this nested path of the
   checkout to one of our checkouts (core/nested_wiring.py); reset removes exactly these.
+- config `WIRED_FETCH_KEY = <previous fetch.recurseSubmodules or "<unset>">`: while a nested
+  gitlink is linked, `fetch.recurseSubmodules=false` in the checkout (a fetch recursing into a
+  linked submodule path fails); reset puts the previous value back.
 
 Every command reads these names from here; none spells a ref or key out itself.
 """
@@ -33,6 +36,7 @@ STANDIN_KEY = "patchtool.standin"
 CLONE_FAILED_KEY = "patchtool.cloneFailed"
 CLONED_FROM_KEY = "patchtool.clonedFrom"
 WIRED_KEY = "patchtool.wired"
+WIRED_FETCH_KEY = "patchtool.wiredFetchRecurse"
 
 
 def series_digest(up: Upstream, series_dir: Path, series: Series) -> str:

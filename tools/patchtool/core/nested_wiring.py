@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 
 from ..errors import PatchToolError
-from .checkout import WIRED_KEY, checkout_dir, is_repo, standin_spec
+from .checkout import WIRED_FETCH_KEY, WIRED_KEY, checkout_dir, is_repo, standin_spec
 from .git import git, git_text
 from .manifest import Manifest, Upstream
 
@@ -336,10 +336,37 @@ def _make_link(root: Path, manifest: Manifest, link: Link, gitlink: str) -> None
 
 
 def _hide(repo: Path, path: str, gitlink: bool) -> None:
+    """Make the link invisible to git; for a submodule path also keep fetch out of it."""
     if gitlink:
         git(["update-index", "--skip-worktree", "--", path], repo)
+        _stop_fetch_recursion(repo)
     else:
         _set_excluded(repo, path, True)
+
+
+_UNSET = "<unset>"
+
+
+def _stop_fetch_recursion(repo: Path) -> None:
+    """`fetch.recurseSubmodules=false` in the host while wired, the previous value saved:
+    git fetch (also the one `git submodule update` runs when a pin moves) otherwise fails
+    with "expected submodule path ... not to be a symbolic link"."""
+    if git_text(["config", "--local", "--get", WIRED_FETCH_KEY], repo, check=False):
+        return
+    old = git_text(["config", "--local", "--get", "fetch.recurseSubmodules"], repo, check=False)
+    git(["config", "--local", WIRED_FETCH_KEY, old or _UNSET], repo)
+    git(["config", "--local", "fetch.recurseSubmodules", "false"], repo)
+
+
+def _restore_fetch_recursion(repo: Path) -> None:
+    saved = git_text(["config", "--local", "--get", WIRED_FETCH_KEY], repo, check=False)
+    if not saved:
+        return
+    if saved == _UNSET:
+        git(["config", "--local", "--unset", "fetch.recurseSubmodules"], repo, check=False)
+    else:
+        git(["config", "--local", "fetch.recurseSubmodules", saved], repo)
+    git(["config", "--local", "--unset", WIRED_FETCH_KEY], repo)
 
 
 def refuse_blocked(root: Path, manifest: Manifest, host: Upstream) -> None:
@@ -420,6 +447,8 @@ def unwire_host(root: Path, manifest: Manifest, host: Upstream) -> list[str]:
             _set_excluded(host_repo, path, False)
             _prune_empty_parents(host_repo, nested.parent)
         git(["config", "--fixed-value", "--unset-all", WIRED_KEY, path], host_repo, check=False)
+    if paths:
+        _restore_fetch_recursion(host_repo)
     return done
 
 
