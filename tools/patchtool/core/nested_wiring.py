@@ -440,7 +440,8 @@ def unwire_host(root: Path, manifest: Manifest, host: Upstream) -> list[str]:
             nested.unlink()
             done.append(path)
         if mode == "160000":
-            nested.mkdir(parents=True, exist_ok=True)
+            if not nested.exists() and not nested.is_symlink():
+                nested.mkdir(parents=True)  # what git leaves for an uninitialised submodule
             if skipped:
                 git(["update-index", "--no-skip-worktree", "--", path], host_repo)
         else:
