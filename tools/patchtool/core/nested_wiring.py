@@ -429,14 +429,15 @@ def unwire_host(root: Path, manifest: Manifest, host: Upstream) -> list[str]:
     for link in _host_links(root, manifest, host):
         target = checkout_dir(root, manifest.upstreams[link.target])
         nested = host_repo / link.path
-        ours = nested.is_symlink() and os.path.realpath(nested) == os.path.realpath(target)
-        if ours and link.path not in paths:
+        linked = nested.is_symlink() and os.path.realpath(nested) == os.path.realpath(target)
+        if linked and link.path not in paths:
             paths.append(link.path)
+    ours = {os.path.realpath(checkout_dir(root, up)) for up in manifest.upstreams.values()}
     done: list[str] = []
     for path in paths:
         nested = host_repo / path
         mode, _, skipped = _index_entry(host_repo, path)
-        if nested.is_symlink():
+        if nested.is_symlink() and os.path.realpath(nested) in ours:  # never a link of yours
             nested.unlink()
             done.append(path)
         if mode == "160000":
