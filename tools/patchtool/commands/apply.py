@@ -1,11 +1,14 @@
-"""`tools/patches apply`: check out each pin and apply its series on branch `patched`."""
+"""`tools/patches apply`: check out each pin and apply its series on branch `patched`, then
+link each checkout's nested `[tool.uv.sources]` paths to our checkouts (core/nested_wiring.py)."""
 
 from __future__ import annotations
 
 import argparse
 
 from ..command import Command, root_of
-from ..core.apply import apply_upstream
+from ..core.apply import Outcome, apply_upstream, wire_after_apply
+from ..core.manifest import Upstream, load_manifest
+from ..core.nested_wiring import refuse_blocked
 from ..outcomes import configure_common, each, report
 
 
@@ -20,7 +23,15 @@ def _configure_apply(parser: argparse.ArgumentParser) -> None:
 
 def _run_apply(args: argparse.Namespace) -> int:
     root = root_of(args)
-    return report(args, each(args, lambda up: apply_upstream(root, up, force=args.force)))
+    manifest = load_manifest(root)
+
+    def apply_one(up: Upstream) -> Outcome:
+        refuse_blocked(root, manifest, up)  # a nested checkout of the user's: before anything
+        return apply_upstream(root, up, force=args.force)
+
+    outcomes = each(args, apply_one)
+    # After every upstream is in place: a nested link points from one checkout into another.
+    return report(args, [wire_after_apply(root, manifest, o) for o in outcomes])
 
 
 APPLY = Command(

@@ -1,5 +1,6 @@
 """`tools/patches status [UPSTREAM...] [--json]`: per upstream the pin, the source kind, the
-patches applied and HEAD's state (core/state.py). Reports only: exit OK.
+patches applied and HEAD's state (core/state.py), and its nested wiring (core/nested_wiring.py:
+which of its `[tool.uv.sources]` paths are linked to our checkouts). Reports only: exit OK.
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ import json
 
 from ..command import Command, root_of
 from ..core.manifest import load_manifest
+from ..core.nested_wiring import link_line, wiring_status
 from ..core.state import upstream_status
+from ..source.detect import MISSING
 
 
 def _human(row: dict[str, object]) -> str:
@@ -31,6 +34,11 @@ def _human(row: dict[str, object]) -> str:
         lines.append("  uncommitted: " + ", ".join(str(f)[3:] for f in row["dirty_files"]))  # type: ignore[union-attr]
     for label in row["patch_labels"]:  # type: ignore[union-attr]
         lines.append(f"  {label['patch']}: {label['label']} [{row['proxy']}]")
+    wiring = row["wiring"]
+    if wiring["links"] or row["source"] == MISSING:  # type: ignore[index]
+        lines.append(f"  nested wiring: {wiring['note']}")  # type: ignore[index]
+    for link in wiring["links"]:  # type: ignore[index]
+        lines.append(f"    {link_line(link, origin=True)}")
     return "\n".join(lines)
 
 
@@ -41,7 +49,10 @@ def _configure(parser: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     root = root_of(args)
-    rows = [upstream_status(root, up) for up in load_manifest(root).select(args.upstreams)]
+    manifest = load_manifest(root)
+    rows = [upstream_status(root, up) for up in manifest.select(args.upstreams)]
+    for row, up in zip(rows, manifest.select(args.upstreams), strict=True):
+        row["wiring"] = wiring_status(root, manifest, up)
     if args.json:
         print(json.dumps({"upstreams": rows}, indent=2))
     else:

@@ -47,7 +47,8 @@ from .checkout import (
     series_digest,
 )
 from .git import branch_commits, export_commits, git, git_text, rev
-from .manifest import Upstream
+from .manifest import Manifest, Upstream
+from .nested_wiring import NO_TARGET, unwire_host, wire_host
 from .paths import patch_path_problems
 from .series import Patch, Series, SeriesEntry, load_series
 
@@ -84,15 +85,19 @@ class Outcome:
     stash: str = ""
     proxy: str = ""  # non-empty: the series went onto a proxy (named here), never the pin
     checks: list[ProxyCheck] = field(default_factory=list)
+    wiring: list[dict[str, str]] = field(default_factory=list)  # core/nested_wiring.py rows
+    wiring_lines: list[str] = field(default_factory=list)  # what changed, for the report
 
     def as_dict(self) -> dict[str, object]:
-        row = {k: v for k, v in self.__dict__.items() if k != "checks"}
+        row = {k: v for k, v in self.__dict__.items() if k not in ("checks", "wiring_lines")}
         row["patch_labels"] = [c.as_dict() for c in self.checks]
         return row
 
     def lines(self) -> list[str]:
-        """One line per patch on a proxy, each naming the proxy (nothing claims the pin)."""
-        return [f"{c.patch}: {c.label} [{self.proxy}]" for c in self.checks]
+        """One line per patch on a proxy, each naming the proxy (nothing claims the pin); one
+        per nested link apply made or could not make, or reset removed."""
+        checks = [f"{c.patch}: {c.label} [{self.proxy}]" for c in self.checks]
+        return checks + [f"nested {line}" for line in self.wiring_lines]
 
 
 def _refs(repo: Path, names: tuple[str, ...]) -> dict[str, str]:
@@ -420,3 +425,35 @@ def reset_upstream(root: Path, up: Upstream, *, force: bool = False) -> Outcome:
     if stash:
         note += f"; uncommitted changes stashed as {stash[:12]}"
     return Outcome(up.name, State.RESET, note, 0, source.pin, stash)
+
+
+def wire_after_apply(root: Path, manifest: Manifest, outcome: Outcome) -> Outcome:
+    """apply's last step, once every upstream is in place: link the upstream's nested
+    `[tool.uv.sources]` paths to our checkouts (core/nested_wiring.py). A refusal makes the
+    outcome an ERROR that still says what the series step did."""
+    if outcome.state == State.ERROR:
+        return outcome
+    try:
+        states = wire_host(root, manifest, manifest.upstreams[outcome.name])
+    except PatchToolError as exc:
+        outcome.state = State.ERROR
+        outcome.message = f"{outcome.message}; nested wiring refused: {exc}"
+        return outcome
+    outcome.wiring = [s.as_dict() for s in states]
+    outcome.wiring_lines = [s.line() for s in states if s.made or s.state == NO_TARGET]
+    return outcome
+
+
+def unwire_after_reset(root: Path, manifest: Manifest, outcome: Outcome) -> Outcome:
+    """reset's last step: remove the nested links apply made in this upstream's checkout (also
+    where there was no pin to go back to; not where reset refused: then nothing changes)."""
+    if outcome.state == State.ERROR:
+        return outcome
+    try:
+        removed = unwire_host(root, manifest, manifest.upstreams[outcome.name])
+    except PatchToolError as exc:
+        outcome.state = State.ERROR
+        outcome.message = f"{outcome.message}; removing nested links failed: {exc}"
+        return outcome
+    outcome.wiring_lines = [f"{path}: link removed" for path in removed]
+    return outcome

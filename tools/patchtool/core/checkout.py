@@ -9,6 +9,11 @@
   insteadOf) answered but could not give that commit; apply does not retry it on every run.
 - config `CLONED_FROM_KEY = <url>`: apply cloned the checkout from this mirror (`--mirror-dir`),
   so `status` names it as the source even in a later run without the mirror.
+- config `WIRED_KEY = <nested path>` (one value per link): apply linked this nested path of the
+  checkout to one of our checkouts (core/nested_wiring.py); reset removes exactly these.
+- config `WIRED_FETCH_KEY = <previous fetch.recurseSubmodules or "<unset>">`: while a nested
+  gitlink is linked, `fetch.recurseSubmodules=false` in the checkout (a fetch recursing into a
+  linked submodule path fails); reset puts the previous value back.
 
 Every command reads these names from here; none spells a ref or key out itself.
 """
@@ -18,7 +23,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from .git import git, git_ok, git_text, rev
+from .git import git, git_ok, git_text, rev, run
 from .manifest import Upstream
 from .series import Series
 
@@ -30,6 +35,8 @@ PIN_REF = "refs/patchtool/pin"
 STANDIN_KEY = "patchtool.standin"
 CLONE_FAILED_KEY = "patchtool.cloneFailed"
 CLONED_FROM_KEY = "patchtool.clonedFrom"
+WIRED_KEY = "patchtool.wired"
+WIRED_FETCH_KEY = "patchtool.wiredFetchRecurse"
 
 
 def series_digest(up: Upstream, series_dir: Path, series: Series) -> str:
@@ -41,8 +48,24 @@ def series_digest(up: Upstream, series_dir: Path, series: Series) -> str:
 
 
 def dirty_files(repo: Path) -> list[str]:
-    """Uncommitted changes (tracked and untracked, not ignored) as `XY path` lines."""
-    out = git(["status", "--porcelain=v1", "--untracked-files=normal"], repo)
+    """Uncommitted changes (tracked and untracked, not ignored) as `XY path` lines.
+
+    The nested links apply made (`WIRED_KEY`) are not changes: git hides them (skip-worktree,
+    an exclude line); should that be lost, git status fails on a link at a submodule path or
+    lists it as untracked, and the status is taken again leaving those paths out by pathspec.
+    A clean checkout costs one git call, as before the wiring.
+    """
+    args = ["status", "--porcelain=v1", "--untracked-files=normal"]
+    proc = run(args, repo)
+    out = proc.stdout.decode("utf-8", errors="surrogateescape")
+    if proc.returncode == 0 and not out.strip():
+        return []
+    wired = git_text(["config", "--get-all", WIRED_KEY], repo, check=False).splitlines()
+    if wired:
+        spec = [f":(exclude,literal){path}" for path in wired if path]
+        out = git([*args, "--", ".", *spec], repo)
+    elif proc.returncode != 0:
+        out = git(args, repo)  # raises with git's own message
     return [line for line in out.splitlines() if line.strip()]
 
 
