@@ -1,19 +1,21 @@
-"""Tripwire of patches/NeMo-RL/dtensor-v1-split-train-step.patch (DTensor v1 worker).
+"""Tripwire of patches/NeMo-RL/dtensor-split-train-step.patch (DTensor v1 and v2 workers).
 
 NeMo-RL's `TQWorkerMixin.begin_train_step_presharded` calls `begin_train_step(loss_fn=, gbs=,
 mbs=)` and later `train_microbatch(data=)` / `finish_train_step()` / `abort_train_step()` on
 whichever worker it is mixed into; at the pin only the Megatron worker has them.
 
-Two gloo ranks (DP = 2, spawned processes, CPU) each build the same tiny Llama causal LM
-locally (transformers config, no hub), sharded with FSDP2 `fully_shard` per decoder layer and
-at the root, as the worker's parallelizer does. Two bare `DTensorPolicyWorkerImpl` (NeMo-RL's
-real class from 3rdparty/NeMo-RL, built with `object.__new__` plus the state `train()` reads)
-train the same global batch (16 sequences, 8 per rank, microbatch 2, one padded sample, random
-token masks) with NeMo-RL's real `ClippedPGLossFn`, token- and sequence-level: one with the
-one-shot `train()`, one with `begin_train_step` + `train_microbatch` x 2 (4 sequences each) +
+For each DTensor worker (v1 `DTensorPolicyWorkerImpl`, v2 `DTensorPolicyWorkerV2Impl`), two gloo
+ranks (DP = 2, spawned processes, CPU) each build the same tiny Llama causal LM locally
+(transformers config, no hub), sharded with FSDP2 `fully_shard` per decoder layer and at the
+root, as the workers' parallelizers do. Two bare workers (NeMo-RL's real class from
+3rdparty/NeMo-RL, built with `object.__new__` plus the state `train()` reads) train the same
+global batch (16 sequences, 8 per rank, microbatch 2, one padded sample, random token masks)
+with NeMo-RL's real `ClippedPGLossFn`, token- and sequence-level: one with the one-shot
+`train()`, one with `begin_train_step` + `train_microbatch` x 2 (4 sequences each) +
 `finish_train_step`. Two steps; before the second split step a `train_microbatch` raises in its
-second microbatch, `abort_train_step` runs twice, and the step opens through the mixin's
-`begin_train_step_presharded`.
+second microbatch, `abort_train_step_presharded` and `abort_train_step` run (the second is a
+no-op), and the step runs through the mixin's `begin_train_step_presharded` /
+`finish_train_step_presharded`.
 
 Checked: parameters after each step equal (max abs diff <= 1e-6; SGD, so the difference is the
 gradient difference times the lr), every metric `train()` reports equal (<= 1e-6), the global
@@ -21,13 +23,11 @@ loss and grad norm equal, and the gradients reduced once per step: FSDP2's `fore
 is counted (one call per FSDP parameter group per reduction).
 
 Doubles: `Tensor.cuda`/`.to("cuda")`/`device="cuda"` map to the CPU through the project's
-`mcore_grpo.worker.cpu.cpu_device`; `torch.cuda.get_device_name` returns "cpu"; the worker module is
-imported with heavy_import_stubs.py's stubs (no stubbed code runs on these paths: the model,
-FSDP2, the loss, `get_grad_norm` and `clip_grad_by_total_norm_` are real).
-
-The DTensor v2 worker is not covered: its training loop (`nemo_rl.models.automodel.train`)
-imports `nemo_automodel` (0.4 needs triton 3.8), which is not installable here, and the patch
-does not add the split API to v2.
+`mcore_grpo.worker.cpu.cpu_device`; `torch.cuda.get_device_name` returns "cpu"; the worker
+modules are imported with heavy_import_stubs.py's stubs (no stubbed code runs on these paths:
+the model, FSDP2, the loss, the grad norm and clipping are real). v2's training loop runs
+nemo_automodel code, so v2 is imported with the real nemo-automodel 0.4.0 (the
+`nemo-rl-automodel` dependency group; one documented import workaround, automodel_imports.py).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from typing import Any
 
 import pytest
 
+from tests.patches.nemo_rl.automodel_imports import MISSING_REASON, automodel_installed
 from tests.support.ports import free_port
 
 pytestmark = [
@@ -56,7 +57,7 @@ _SCRIPT = r"""
 import importlib, json, os, sys
 from types import SimpleNamespace
 
-nemo_rl_root, repo_root, port, rank = sys.argv[1:5]
+nemo_rl_root, repo_root, port, rank, kind = sys.argv[1:6]
 rank = int(rank)
 # This project's `tests` package first: NeMo-RL's checkout has a `tests` package of its own.
 sys.path.insert(0, repo_root)
@@ -72,8 +73,15 @@ from mcore_grpo.worker.cpu import cpu_device
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
-with stubbed_imports():
-    wmod = importlib.import_module("nemo_rl.models.policy.workers.dtensor_policy_worker")
+if kind == "v2":
+    from tests.patches.nemo_rl.automodel_imports import import_v2_worker
+
+    wmod = import_v2_worker()
+    worker_class = wmod.DTensorPolicyWorkerV2Impl
+else:
+    with stubbed_imports():
+        wmod = importlib.import_module("nemo_rl.models.policy.workers.dtensor_policy_worker")
+    worker_class = wmod.DTensorPolicyWorkerImpl
 from nemo_rl.algorithms.loss.loss_functions import ClippedPGLossConfig, ClippedPGLossFn
 from nemo_rl.distributed.batched_data_dict import BatchedDataDict
 
@@ -108,7 +116,7 @@ def build_model():
 
 
 def bare_worker(model):
-    w = object.__new__(wmod.DTensorPolicyWorkerImpl)
+    w = object.__new__(worker_class)
     w.model = model
     w.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     w.scheduler = torch.optim.lr_scheduler.LambdaLR(w.optimizer, lambda step: 1.0)
@@ -117,6 +125,7 @@ def bare_worker(model):
     w.cfg = {
         "train_global_batch_size": 16, "train_micro_batch_size": 2,
         "dynamic_batching": {"enabled": False}, "dtensor_cfg": {"sequence_parallel": False},
+        "sequence_packing": {"enabled": False},
     }
     w.dp_size, w.cp_size, w.tp_size = 2, 1, 1
     w.device_mesh, w.dp_mesh, w.cp_mesh, w.tp_mesh = mesh, mesh["dp"], mesh["cp"], mesh["tp"]
@@ -127,6 +136,11 @@ def bare_worker(model):
     w.sampling_params = None
     w.dtype = torch.float32
     w.max_grad_norm = 1.0
+    # v2 only (its train() reads them; v1 ignores them)
+    w.moe_mesh = None
+    w.tokenizer = None  # read only for sequence packing's padding value
+    w.allow_flash_attn_args = True
+    w.autocast_enabled = True
     return w
 
 
@@ -180,7 +194,7 @@ def metric_diffs(a, b):
 
 
 torch.cuda.get_device_name = lambda *args: "cpu"
-result = {"rank": rank, "file": wmod.__file__}
+result = {"rank": rank, "file": wmod.__file__, "class": worker_class.__name__}
 with cpu_device("cpu"):
     for level, cfg in (("token", ClippedPGLossConfig()),
                        ("sequence", ClippedPGLossConfig(token_level_loss=False))):
@@ -200,7 +214,7 @@ with cpu_device("cpu"):
                     split.train_microbatch(data.slice(0, 4))
                 except RuntimeError as e:
                     r["exception"] = str(e)
-                split.abort_train_step()
+                split.abort_train_step_presharded()
                 split.abort_train_step()  # idempotent
                 split.begin_train_step_presharded(loss_fn, gbs=16, mbs=2)
             else:
@@ -208,7 +222,11 @@ with cpu_device("cpu"):
             REDUCTIONS[0] = 0
             split.train_microbatch(data.slice(0, 4))
             split.train_microbatch(data.slice(4, 8))
-            m2 = split.finish_train_step()
+            if step == 1:
+                m2 = split.finish_train_step_presharded()
+                r["is_replica_leader"] = m2["is_replica_leader"]
+            else:
+                m2 = split.finish_train_step()
             r["reductions_split"].append(REDUCTIONS[0])
             r["param_diff"].append(float((full_params(one_shot) - full_params(split)).abs().max()))
             diffs = metric_diffs(m1["all_mb_metrics"], m2["all_mb_metrics"])
@@ -224,13 +242,12 @@ dist.destroy_process_group()
 """
 
 
-@pytest.fixture(scope="module")
-def runs(nemo_rl_on_path: Path) -> list[dict[str, Any]] | str:
+def _spawn(nemo_rl_root: Path, kind: str) -> list[dict[str, Any]] | str:
     """Both ranks' results, or the failure text (each test then fails with it)."""
     port = str(free_port())
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", _SCRIPT, str(nemo_rl_on_path), str(REPO_ROOT), port, str(r)],
+            [sys.executable, "-c", _SCRIPT, str(nemo_rl_root), str(REPO_ROOT), port, str(r), kind],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -248,7 +265,22 @@ def runs(nemo_rl_on_path: Path) -> list[dict[str, Any]] | str:
     if failure:
         return failure
     for out in outs:
-        assert Path(out["file"]).is_relative_to(nemo_rl_on_path), out["file"]
+        assert Path(out["file"]).is_relative_to(nemo_rl_root), out["file"]
+    return outs
+
+
+KINDS = {"v1": "DTensorPolicyWorkerImpl", "v2": "DTensorPolicyWorkerV2Impl"}
+
+
+@pytest.fixture(scope="module", params=sorted(KINDS))
+def runs(request: pytest.FixtureRequest, nemo_rl_on_path: Path) -> list[dict[str, Any]] | str:
+    """One worker kind's two-rank run (v1, v2), shared by the tests below."""
+    kind = request.param
+    if kind == "v2" and not automodel_installed():
+        pytest.skip(MISSING_REASON)
+    outs = _spawn(nemo_rl_on_path, kind)
+    if not isinstance(outs, str):
+        assert {out["class"] for out in outs} == {KINDS[kind]}, outs
     return outs
 
 
@@ -283,32 +315,37 @@ def test_exception_then_abort_then_next_step(runs: list[dict[str, Any]] | str) -
 
 
 def test_begin_train_step_presharded(runs: list[dict[str, Any]] | str) -> None:
-    # Step 2 of every run opened through TQWorkerMixin.begin_train_step_presharded.
+    # Step 2 of every run went through TQWorkerMixin.begin_train_step_presharded and
+    # finish_train_step_presharded (abort_train_step_presharded before it).
     for r in _levels(runs):
         assert len(r["param_diff"]) == 2 and r["param_diff"][1] <= TOL, r
+        assert r["is_replica_leader"] is True, r  # DP rank of a TP = CP = 1 mesh
 
 
-@pytest.mark.parametrize("entry", ["begin_train_step", "train_microbatch", "finish_train_step"])
-def test_offloaded_split_step_raises(entry: str, nemo_rl_on_path: Path) -> None:
+GUARD_CASES = [
+    (module, cls, entry)
+    for module, cls in (
+        ("nemo_rl.models.policy.workers.dtensor_policy_worker", "DTensorPolicyWorkerImpl"),
+        ("nemo_rl.models.policy.workers.dtensor_policy_worker_v2", "DTensorPolicyWorkerV2Impl"),
+    )
+    for entry in ("begin_train_step", "train_microbatch", "finish_train_step")
+]
+
+
+@pytest.mark.parametrize(("module_name", "class_name", "entry"), GUARD_CASES)
+def test_offloaded_split_step_raises(
+    module_name: str, class_name: str, entry: str, nemo_rl_on_path: Path
+) -> None:
     """The offload guard is the first thing each split entry point runs."""
     import importlib
 
     from tests.patches.nemo_rl.heavy_import_stubs import stubbed_imports
 
     with stubbed_imports():
-        module = importlib.import_module("nemo_rl.models.policy.workers.dtensor_policy_worker")
-    worker = object.__new__(module.DTensorPolicyWorkerImpl)
+        module = importlib.import_module(module_name)
+    worker = object.__new__(getattr(module, class_name))
     worker._weights_offloaded = True
     args = {"begin_train_step": (None,), "train_microbatch": (None,), "finish_train_step": ()}
     with pytest.raises(RuntimeError) as excinfo:
         getattr(worker, entry)(*args[entry])
     assert f"Call prepare_for_training() before {entry}()" in str(excinfo.value)
-
-
-@pytest.mark.skip(
-    reason="DTensor v2 split train step not carried: v2's training loop "
-    "(nemo_rl.models.automodel.train) imports nemo_automodel, which is not installable here "
-    "(0.4 needs triton 3.8), so neither a patch nor a real tripwire can be run for it"
-)
-def test_dtensor_v2_split_train_step() -> None:
-    raise AssertionError("not reached")
