@@ -19,7 +19,8 @@ def read_scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
     for events in sorted({p.parent for p in Path(log_dir).rglob("events.out.tfevents.*")}):
         acc = EventAccumulator(str(events), size_guidance={"scalars": 0})
         acc.Reload()
-        for tag in acc.Tags()["scalars"]:
+        tags: dict = acc.Tags()  # type: ignore[assignment]  # tensorboard's stub is too loose
+        for tag in tags["scalars"]:
             out.setdefault(tag, []).extend((e.step, e.value) for e in acc.Scalars(tag))
     return {tag: sorted(values) for tag, values in out.items()}
 

@@ -24,9 +24,18 @@ class TaskTokenizer(PreTrainedTokenizerFast):
         kwargs.pop("skip_special_tokens", None)
         return super().decode(token_ids, skip_special_tokens=False, **kwargs)
 
-    def batch_decode(self, sequences: Any, skip_special_tokens: bool = False, **kwargs: Any) -> Any:
+    def batch_decode(
+        self,
+        sequences: Any,
+        skip_special_tokens: bool = False,
+        clean_up_tokenization_spaces: bool | None = None,
+        **kwargs: Any,
+    ) -> list[str]:
         """`decode` of each sequence."""
-        return [self.decode(seq, **kwargs) for seq in sequences]
+        return [
+            self.decode(seq, clean_up_tokenization_spaces=clean_up_tokenization_spaces, **kwargs)
+            for seq in sequences
+        ]
 
 
 def task_tokenizer() -> TaskTokenizer:

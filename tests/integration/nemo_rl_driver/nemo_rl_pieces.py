@@ -50,10 +50,12 @@ def loss_adapter_vs_direct() -> dict[str, Any]:
 
     adapter = NemoRLLossSum(fn, wrap=BatchedDataDict)
     split_lp = curr.clone().requires_grad_(True)
-    total = sum(
-        adapter(split_lp[rows], {k: v[rows] for k, v in data.items()})
-        for rows in (slice(0, 3), slice(3, 6))
-    )
+    total = torch.stack(
+        [
+            adapter(split_lp[rows], {k: v[rows] for k, v in data.items()})
+            for rows in (slice(0, 3), slice(3, 6))
+        ]
+    ).sum()
     (total / toks).backward()
     rows = adapter.take(toks, seqs, 1)
     summed = {

@@ -53,7 +53,7 @@ def test_a_failing_batch_fails_every_request_in_it() -> None:
     async def run(batch: list[int]) -> list[int]:
         raise RuntimeError("sampler died")
 
-    async def main() -> list[object]:
+    async def main() -> list[BaseException | int]:
         coalescer = BatchCoalescer(run)
         return await asyncio.gather(
             *(coalescer.submit(i) for i in range(3)), return_exceptions=True
