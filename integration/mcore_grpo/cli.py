@@ -4,6 +4,7 @@
     uv run mcore-grpo --workers 2 grpo.max_num_steps=20
     uv run mcore-grpo --preset qwen2.5-1.5b-math --workers 4   # GPU machine
     uv run mcore-grpo --output-dir runs/cpu-tiny --resume grpo.max_num_steps=60
+    uv run mcore-grpo --driver nemo-rl --workers 2      # NeMo-RL's grpo_train drives the worker
 
 Positional arguments are NeMo-RL style ``key=value`` overrides of the preset/config file.
 """
@@ -31,6 +32,8 @@ log = logging.getLogger("mcore_grpo")
 # Fault injection for the runner's failure tests: "RANK:STEP" makes that worker raise at
 # that step (tests/integration/grpo/test_runner.py). Not a user setting.
 INJECT_FAILURE_ENV = "MCORE_GRPO_INJECT_FAILURE"
+
+DRIVERS = ("mcore", "nemo-rl")
 
 
 def injected_failure() -> tuple[int | None, int | None]:
@@ -74,6 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the single worker in this process instead of a Ray actor (debugging)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
+    parser.add_argument(
+        "--driver",
+        choices=DRIVERS,
+        default="mcore",
+        help="the GRPO loop: mcore (this package's, default) or nemo-rl (NeMo-RL's grpo_train "
+        "from 3rdparty/NeMo-RL driving the same worker; no fallback between the two)",
+    )
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
     return parser
 
@@ -115,8 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     task = build_task(config.task.name, config.task.max_addend, config.task.num_terms)
     tokens = TaskTokens(vocab_size=task.vocab_size, pad_id=task.pad_id, eos_id=task.eos_id)
 
+    if args.driver == "nemo-rl":
+        return run_nemo_rl_driver(args, config, output_dir)
+
     from mcore_grpo.grpo.loop import GRPOLoop
 
+    log.info("mcore-grpo: driver mcore (mcore_grpo.grpo.loop.GRPOLoop)")
     start = time.perf_counter()
     log.info(
         "mcore-grpo: preset %s, %d worker(s), %d steps x %d samples -> %s",
@@ -165,6 +179,47 @@ def main(argv: list[str] | None = None) -> int:
         result.plot_path,
         result.checkpoint_path,
     )
+    return 0
+
+
+def run_nemo_rl_driver(args: argparse.Namespace, config: RunConfig, output_dir: Path) -> int:
+    """``--driver nemo-rl``: NeMo-RL's grpo_train; exit 2 (one line) where NeMo-RL is absent."""
+    from mcore_grpo.nemo_rl_driver import driver
+    from mcore_grpo.nemo_rl_driver.source import NemoRLUnavailable
+
+    if args.in_process or args.resume:
+        flag = "--in-process" if args.in_process else "--resume"
+        print(f"mcore-grpo: {flag} is not supported with --driver nemo-rl", file=sys.stderr)
+        return 2
+    log.info(
+        "mcore-grpo: preset %s, %d worker(s), %d steps x %d samples -> %s",
+        args.preset,
+        args.workers,
+        config.grpo.max_num_steps,
+        config.samples_per_step,
+        output_dir,
+    )
+    try:
+        result = driver.run(config, args.workers, output_dir)
+    except NemoRLUnavailable as err:
+        print(f"mcore-grpo: --driver nemo-rl: {err}", file=sys.stderr)
+        return 2
+    except (ConfigError, ValueError) as err:
+        print(f"mcore-grpo: {err}", file=sys.stderr)
+        return 2
+    except WorkerFailed as err:
+        print(f"mcore-grpo: run aborted: {err}", file=sys.stderr)
+        return 1
+    rewards = result.rewards
+    log.info(
+        "done in %.1f s (driver nemo-rl): %d steps, reward %.3f (first 5 steps) -> %.3f "
+        "(last 5), from NeMo-RL's logged train/reward",
+        result.wall_s,
+        len(rewards),
+        sum(rewards[:5]) / max(1, len(rewards[:5])),
+        sum(rewards[-5:]) / max(1, len(rewards[-5:])),
+    )
+    log.info("NeMo-RL logs: %s", result.log_dir)
     return 0
 
 

@@ -86,7 +86,9 @@ class RayRunner:
         address: str | None = None,
         fail_at_rank: int | None = None,
         fail_at_step: int | None = None,
+        rank_cls: type[PolicyRank] = PolicyRank,
     ) -> None:
+        """`rank_cls`: the actor class (a `PolicyRank`; NeMo-RL's driver passes its subclass)."""
         # The actors run this driver's own interpreter (the project venv). Ray's default
         # `uv run` integration would instead re-launch workers through an ancestor `uv run`
         # (e.g. `uv run pytest`) from another working directory, where they find no ray
@@ -113,7 +115,7 @@ class RayRunner:
             self._started_ray = True
         # Each CPU actor gets an equal share of the cores for its torch threads.
         threads = None if gpu else max(1, (os.cpu_count() or 1) // world_size)
-        actor_cls = ray.remote(num_cpus=1, num_gpus=1 if gpu else 0, max_restarts=0)(PolicyRank)
+        actor_cls = ray.remote(num_cpus=1, num_gpus=1 if gpu else 0, max_restarts=0)(rank_cls)
         port = free_port()
         host = "127.0.0.1" if not address else ray.util.get_node_ip_address()
         self.actors: list[Any] = [

@@ -1,0 +1,63 @@
+"""``mcore-grpo --driver nemo-rl``: NeMo-RL's `grpo_train` drives the worker end to end.
+
+Where the two drivers differ and where they are the same is in docs/grpo.md ("Two drivers").
+This module: check NeMo-RL is there (one clear error where it is not; never a fallback to
+our loop), build the pieces (`setup.setup_run`), train, read NeMo-RL's logged rewards back.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from mcore_grpo.grpo.schema import RunConfig
+from mcore_grpo.nemo_rl_driver import source
+
+log = logging.getLogger("mcore_grpo")
+
+
+@dataclass
+class NemoRLResult:
+    """A finished run: NeMo-RL's reward per step, where its logs went, the wall time."""
+
+    rewards: list[float]
+    log_dir: Path
+    wall_s: float
+
+
+def source_description() -> str:
+    """``<path> @ <commit>`` of the NeMo-RL tree in use (commit ``unknown`` without git)."""
+    root = source.source_root()
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short=8", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        head = "unknown"
+    return f"{root} @ {head}"
+
+
+def run(config: RunConfig, workers: int, output_dir: Path) -> NemoRLResult:
+    """Train with NeMo-RL's `grpo_train`; raises `source.NemoRLUnavailable` without NeMo-RL."""
+    start = time.perf_counter()
+    source.check_importable()
+    log.info(
+        "mcore-grpo: driver nemo-rl: nemo_rl.algorithms.grpo.grpo_train from %s",
+        source_description(),
+    )
+    from mcore_grpo.nemo_rl_driver.run_metrics import reward_curve
+    from mcore_grpo.nemo_rl_driver.setup import setup_run
+
+    pieces = setup_run(config, workers, output_dir)
+    try:
+        pieces.train()
+    finally:
+        pieces.shutdown()
+    log_dir = Path(pieces.master_config.logger["log_dir"])
+    return NemoRLResult(reward_curve(log_dir), log_dir, time.perf_counter() - start)

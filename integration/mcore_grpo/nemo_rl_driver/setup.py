@@ -1,0 +1,170 @@
+"""The pieces `grpo_train` takes, built as NeMo-RL's `setup()` builds them, on CPU actors.
+
+NeMo-RL's `setup()` places its workers on a `RayVirtualCluster(use_gpus=True)`; here the same
+pieces come from NeMo-RL's own classes where NeMo-RL has them -- `MasterConfig`, `Logger`,
+`CheckpointManager` and the GRPO save state, `ClippedPGLossFn`, `AllTaskProcessedDataset` in a
+`StatefulDataLoader`, the Megatron weight synchronizer -- and from this package where the
+worker is ours: the policy and its colocated generation over `NemoRLRank` actors (CPU, gloo),
+the task as an environment actor, the task tokenizer.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mcore_grpo.grpo.messages import TaskTokens
+from mcore_grpo.grpo.runner import RayRunner
+from mcore_grpo.grpo.schema import ConfigError, RunConfig, check_data_parallel
+from mcore_grpo.grpo.task import build_task
+from mcore_grpo.nemo_rl_driver.config import master_config
+from mcore_grpo.nemo_rl_driver.data import build_dataloader
+from mcore_grpo.nemo_rl_driver.source import ensure_on_path
+from mcore_grpo.nemo_rl_driver.tokenizer import task_tokenizer
+
+# ray.init gives the raylet a fixed 30 s to register; on a loaded 2-core machine it can take
+# longer ("The current node timed out during startup"). A fresh start then succeeds.
+RAY_START_ATTEMPTS = 3
+
+
+def start_ray(workers: int) -> None:
+    """Start a local Ray (no dashboard) for `workers` actors; retried if the node is slow."""
+    import ray
+
+    for attempt in range(1, RAY_START_ATTEMPTS + 1):
+        try:
+            ray.init(
+                num_cpus=max(workers, os.cpu_count() or 1),
+                include_dashboard=False,
+                log_to_driver=True,
+                configure_logging=False,
+            )
+            return
+        except Exception as err:
+            if "timed out during startup" not in str(err) or attempt == RAY_START_ATTEMPTS:
+                raise
+            ray.shutdown()
+
+
+@dataclass
+class NemoRLRun:
+    """Everything `grpo_train` is called with, plus what the caller must shut down."""
+
+    policy: Any
+    generation: Any
+    dataloader: Any
+    tokenizer: Any
+    loss_fn: Any
+    task_to_env: dict[str, Any]
+    logger: Any
+    checkpointer: Any
+    save_state: Any
+    master_config: Any
+
+    def train(self) -> None:
+        """NeMo-RL's `grpo_train` over these pieces (no validation set)."""
+        from nemo_rl.algorithms.grpo import grpo_train
+
+        grpo_train(
+            self.policy,
+            self.generation,
+            self.dataloader,
+            None,
+            self.tokenizer,
+            self.loss_fn,
+            self.task_to_env,
+            None,
+            self.logger,
+            self.checkpointer,
+            self.save_state,
+            self.master_config,
+        )
+
+    def shutdown(self) -> None:
+        """Stop the environment actors, the policy actors and Ray (if started here)."""
+        import ray
+
+        for env in self.task_to_env.values():
+            ray.kill(env, no_restart=True)
+        self.logger.finish()
+        self.policy.shutdown()
+        ray.shutdown()
+
+
+def setup_run(config: RunConfig, workers: int, output_dir: Path) -> NemoRLRun:
+    """Build the pieces; Ray actors start here (one `NemoRLRank` per worker)."""
+    ensure_on_path()
+    from nemo_rl.algorithms.grpo import _get_grpo_save_state
+    from nemo_rl.algorithms.loss.loss_functions import ClippedPGLossFn
+    from nemo_rl.algorithms.utils import set_seed
+    from nemo_rl.utils.checkpoint import CheckpointManager
+    from nemo_rl.utils.logger import Logger
+    from nemo_rl.weight_sync.factory import create_weight_synchronizer
+
+    from mcore_grpo.nemo_rl_driver.environment import start_environment
+    from mcore_grpo.nemo_rl_driver.generation import NemoRLGeneration
+    from mcore_grpo.nemo_rl_driver.policy import NemoRLPolicy
+    from mcore_grpo.nemo_rl_driver.rank import NemoRLRank
+
+    output_dir = output_dir.resolve()  # Ray actors run in their own working directory
+    dp = check_data_parallel(config, workers)
+    tokenizer = task_tokenizer()
+    task = build_task(config.task.name, config.task.max_addend, config.task.num_terms)
+    master = master_config(config, workers, output_dir, tokenizer)
+    set_seed(master.grpo.seed)
+    logger = Logger(master.logger)
+    logger.log_hyperparams(master.model_dump())
+    checkpointer = CheckpointManager(master.checkpointing)
+    if checkpointer.get_latest_checkpoint_path() is not None:
+        raise ConfigError(
+            f"{output_dir / 'checkpoints'} holds a NeMo-RL checkpoint; the nemo-rl driver does "
+            "not resume (the worker's weights are not reloaded): use a fresh --output-dir"
+        )
+    save_state = _get_grpo_save_state(None)
+    prompt_len = max(len(p.prompt_ids) for p in task.all_problems())
+    max_len = config.policy.max_total_sequence_length
+    if prompt_len + config.policy.generation.max_new_tokens > max_len:
+        raise ConfigError(
+            f"prompt ({prompt_len}) + policy.generation.max_new_tokens exceed "
+            f"policy.max_total_sequence_length={max_len}"
+        )
+    dataloader = build_dataloader(
+        task,
+        tokenizer,
+        num_prompts=config.grpo.num_prompts_per_step,
+        seed=config.grpo.seed,
+        steps=config.grpo.max_num_steps,
+        max_seq_length=max_len,
+    )
+    loss_fn = ClippedPGLossFn(master.loss_fn)
+
+    tokens = TaskTokens(vocab_size=task.vocab_size, pad_id=task.pad_id, eos_id=task.eos_id)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # inherited by the actors
+    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")  # see mcore_grpo.grpo.runner
+    start_ray(workers)
+    runner = RayRunner(config, tokens, workers, rank_cls=NemoRLRank)
+    policy = NemoRLPolicy(runner, dp, tokenizer, master.policy)
+    try:
+        generation = NemoRLGeneration(policy, master.policy["generation"], config.grpo.seed)
+        generation.weight_synchronizer = create_weight_synchronizer(
+            policy=policy, generation=generation, generation_backend="megatron", colocated=True
+        )
+        generation.weight_synchronizer.init_communicator()
+        env = start_environment(task.name, config.task.max_addend, config.task.num_terms)
+    except BaseException:
+        policy.shutdown()
+        raise
+    return NemoRLRun(
+        policy=policy,
+        generation=generation,
+        dataloader=dataloader,
+        tokenizer=tokenizer,
+        loss_fn=loss_fn,
+        task_to_env={task.name: env},
+        logger=logger,
+        checkpointer=checkpointer,
+        save_state=save_state,
+        master_config=master,
+    )
