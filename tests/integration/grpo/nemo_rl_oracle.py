@@ -30,7 +30,8 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 ORACLE_STUBS: dict[str, str] = {
     "transformers": (
         "tokenizer/processor imports of nemo_rl.algorithms.utils and the model registries; "
-        "NeMo-RL asserts transformers < 5.12 on import, this project runs 5.23"
+        "stubbed so the oracle's import stays light and independent of the installed version "
+        "(the `nemo-rl` group installs 5.8.1; NeMo-RL asserts < 5.12 on import)"
     ),
     "nemo_automodel": "DTensor v2 model classes (vlm registry); not installed here",
     "torch.utils.tensorboard": "logger backend (needs the tensorboard package)",

@@ -4,7 +4,7 @@ The v2 worker's training loop runs nemo_automodel code (`scale_grads_and_clip_gr
 train context, `to_local_if_dtensor`), so its tripwire needs the real package, not the stub
 `heavy_import_stubs.py` gives. nemo-automodel 0.4.0 is installed without its dependencies
 (pyproject.toml: `[[tool.uv.dependency-metadata]]`) and imports on this project's torch 2.15 /
-transformers 5.23 with ONE exception, worked around here:
+transformers 5.8.1 with ONE exception, worked around here:
 
 - `nemo_automodel.components._peft.lora_kernel` defines LoRA triton kernels at import time; with
   triton 3.9 (the version torch 2.15 requires: `triton~=3.9.0`, so pinning 3.8 is not possible)

@@ -34,11 +34,13 @@ STUBBED_PACKAGES: dict[str, str] = {
     "torch_memory_saver": "CUDA virtual-memory offload used by the Megatron worker; CUDA-only",
     "transformers": (
         "NeMo-RL asserts transformers < 5.12 on import (nemo_rl/models/policy/__init__.py) "
-        "and then patches AutoTokenizer.from_pretrained process-wide; this project runs 5.23"
+        "and then patches AutoTokenizer.from_pretrained process-wide: stubbed so that patch never "
+        "leaks into the test process (the `nemo-rl` group installs 5.8.1)"
     ),
     "torch.utils.tensorboard": "needs the tensorboard package (logger import only)",
-    # Not installed in this project; imported at module level by NeMo-RL, unused on the
-    # offload/prepare paths under test.
+    # Imported at module level by NeMo-RL, unused on the offload/prepare paths under test;
+    # stubbed so these tripwires import only what their paths run (the `nemo-rl` dependency
+    # group installs the real packages for the NeMo-RL driver, tests/integration/nemo_rl_driver).
     "accelerate": "init_empty_weights for model construction; no model is built",
     "datasets": "HF datasets (data loading)",
     "fastapi": "HTTP refit server",
