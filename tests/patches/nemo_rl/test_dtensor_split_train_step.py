@@ -33,14 +33,13 @@ does not add the split API to v2.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.ports import free_port
+from tests.support.python_process import python_c
 
 pytestmark = [
     pytest.mark.nemo_rl,
@@ -229,13 +228,7 @@ def runs(nemo_rl_on_path: Path) -> list[dict[str, Any]] | str:
     """Both ranks' results, or the failure text (each test then fails with it)."""
     port = str(free_port())
     procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _SCRIPT, str(nemo_rl_on_path), str(REPO_ROOT), port, str(r)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for r in range(2)
+        python_c(_SCRIPT, str(nemo_rl_on_path), str(REPO_ROOT), port, str(r)) for r in range(2)
     ]
     outs = []
     failure = ""

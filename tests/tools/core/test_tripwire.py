@@ -187,9 +187,10 @@ def test_interrupted_verify_leaves_the_checkout_patched_and_nothing_behind(
     assert list(scratch_tmp.iterdir()) == []  # no scratch tree left
 
 
-def test_series_state_is_one_process_for_all_upstreams(sandbox: Sandbox) -> None:
-    """Two upstreams, one patch each: the series state is shared (one pytest process), each
-    left-out state has its own, and both proofs hold (3 processes instead of 4)."""
+def test_every_state_is_a_process_of_its_own_on_every_upstreams_tree(sandbox: Sandbox) -> None:
+    """Two upstreams, one patch each: four states (each patch with the series, each without
+    it), four processes; every state names a scratch tree for both upstreams (a left-out
+    state changes only its own), and both proofs hold."""
     for name in ("Up", "Dn"):
         repo, pin = sandbox.upstream(name, {"mod.py": "VALUE = 1\n"})
         trailer = f"Upstream-Status: pending\nOrigin: tests\nTest: tests/test_{name.lower()}.py::test_trip\n"
@@ -201,7 +202,9 @@ def test_series_state_is_one_process_for_all_upstreams(sandbox: Sandbox) -> None
             "import os\nfrom pathlib import Path\n\n\n"
             "def test_trip():\n"
             "    log = Path(__file__).parents[1] / 'pids.log'\n"
-            "    with log.open('a') as out:\n        out.write(f'{os.getpid()}\\n')\n"
+            "    trees = [os.environ.get(v, '-') for v in ('PATCHTOOL_TREE_UP', 'PATCHTOOL_TREE_DN')]\n"
+            "    with log.open('a') as out:\n"
+            f"        out.write(f'{name} {{os.getpid()}} {{trees[0]}} {{trees[1]}}\\n')\n"
             f"    tree = Path(os.environ.get('{var}', Path(__file__).parents[1] / '3rdparty/{name}'))\n"
             "    assert 'VALUE = 2' in (tree / 'mod.py').read_text()\n"
         )
@@ -213,5 +216,15 @@ def test_series_state_is_one_process_for_all_upstreams(sandbox: Sandbox) -> None
         assert apply_upstream(sandbox.root, up).state == "applied"
     proofs = verify_upstreams(sandbox.root, ups, Path(sys.executable), progress=False, jobs=2)
     assert [(p.upstream, p.verdict) for p in proofs] == [("Up", "proven"), ("Dn", "proven")]
-    pids = (sandbox.root / "pids.log").read_text().split()
-    assert len(pids) == 4 and len(set(pids)) == 3
+    rows = [line.split() for line in (sandbox.root / "pids.log").read_text().splitlines()]
+    assert len(rows) == 4 and len({pid for _, pid, _, _ in rows}) == 4
+    for _, _, up_tree, dn_tree in rows:
+        assert "-" not in (up_tree, dn_tree)  # both upstreams' trees named in every state
+        assert not Path(up_tree).is_relative_to(sandbox.root)  # scratch trees, never checkouts
+        assert not Path(dn_tree).is_relative_to(sandbox.root)
+    series = {Path(r[2]).name for r in rows if r[0] == "Dn"} | {
+        Path(r[3]).name for r in rows if r[0] == "Up"
+    }
+    assert series == {"series"}  # the other upstream's tree is its series tree
+    own = sorted(Path(r[2] if r[0] == "Up" else r[3]).name for r in rows)
+    assert own == ["series", "series", "without-fix", "without-fix"]
