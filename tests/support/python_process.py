@@ -13,23 +13,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import Protocol
 
 from tools.patchtool.core.forkserver import SOCKET_VAR, ForkedProcess
 
 
-class PythonProcess(Protocol):
-    """What the tests use of a child: its output, its exit status, and a way to end it."""
-
-    returncode: int | None
-
-    def communicate(self, timeout: float | None = None) -> tuple[str, str]: ...
-
-    def kill(self) -> None: ...
-
-
-def python_c(script: str, *args: str) -> PythonProcess:
-    """`python -c script args...` with stdout and stderr piped (text)."""
+def python_c(script: str, *args: str) -> subprocess.Popen[str] | ForkedProcess:
+    """`python -c script args...` with stdout and stderr piped (text); both kinds answer
+    `communicate(timeout=...)`, `returncode` and `kill()` alike."""
     server = os.environ.get(SOCKET_VAR)
     if server:
         return ForkedProcess(server, ["-c", script, *args])

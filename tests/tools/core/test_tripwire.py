@@ -73,6 +73,33 @@ def test_test_failing_with_the_patch_is_not_proven(sandbox: Sandbox) -> None:
     assert "fails with the patch" in proofs[0].detail
 
 
+def test_a_state_importing_from_the_checkout_proves_nothing(sandbox: Sandbox) -> None:
+    """The module-origin guard, through verify: a tripwire that imports the patched module
+    from the user's checkout (not its state's scratch tree) makes its states invalid, and
+    the patch is NOT PROVEN, saying which module came from where."""
+    test = (
+        "import sys\nfrom pathlib import Path\n\n\n"
+        "def test_trip():\n"
+        "    sys.path.insert(0, str(Path(__file__).parents[1] / '3rdparty/Up'))\n"
+        "    import mod\n\n"
+        "    assert mod.VALUE == 2\n"
+    )
+    repo, pin = sandbox.upstream("Up", {"mod.py": "VALUE = 1\n"})
+    patch = sandbox.make_patch(repo, pin, {"mod.py": "VALUE = 2\n"}, "Fix", _trailers("test_trip"))
+    sandbox.add("Up", str(repo), pin)
+    write(sandbox.root, {"tests/test_trip.py": test})
+    sandbox.set_series("Up", {"fix.patch": patch})
+    sandbox.commit()
+    up = load_manifest(sandbox.root).upstreams["Up"]
+    assert apply_upstream(sandbox.root, up).state == "applied"
+    proofs = verify_upstream(sandbox.root, up, Path(sys.executable), progress=False)
+    assert [(p.with_patch, p.without_patch, p.verdict) for p in proofs] == [
+        ("invalid", "invalid", "NOT PROVEN")
+    ]
+    assert "the series state is invalid" in proofs[0].detail
+    assert "mod from " in proofs[0].detail and "3rdparty/Up/mod.py" in proofs[0].detail
+
+
 def test_missing_upstream_is_reported_not_verified(sandbox: Sandbox) -> None:
     repo, pin = sandbox.upstream("Up", {"mod.py": "VALUE = 1\n"})
     patch = sandbox.make_patch(repo, pin, {"mod.py": "VALUE = 2\n"}, "Fix", _trailers("test_trip"))
@@ -124,7 +151,7 @@ HANG = TREE + (
     "def test_trip():\n"
     "    if 'VALUE = 2' not in (_tree() / 'mod.py').read_text():\n"
     "        marker = Path(__file__).parents[1] / 'started'\n"
-    "        marker.write_text(f'{os.getpid()} {_tree()}')\n"
+    "        marker.write_text(f'{os.getpid()} {os.getppid()} {_tree()}')\n"
     "        time.sleep(120)\n"
 )
 
@@ -171,7 +198,7 @@ def test_interrupted_verify_leaves_the_checkout_patched_and_nothing_behind(
         time.sleep(0.1)
     assert marker.exists(), verify.communicate()
     time.sleep(0.3)  # the marker is written before the pid/tree text lands
-    pid_text, tree = marker.read_text().split(" ", 1)
+    pid_text, parent_text, tree = marker.read_text().split(" ", 2)
     checkout = sandbox.root / "3rdparty/Up"
     assert not Path(tree).resolve().is_relative_to(checkout.resolve())  # a scratch tree
     assert (checkout / "mod.py").read_text() == "VALUE = 2\n"  # while the state runs
@@ -184,6 +211,7 @@ def test_interrupted_verify_leaves_the_checkout_patched_and_nothing_behind(
     while _alive(int(pid_text)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(int(pid_text)), "the pytest process of the state outlived verify"
+    assert not _alive(int(parent_text)), "the fork server outlived verify"
     assert list(scratch_tmp.iterdir()) == []  # no scratch tree left
 
 

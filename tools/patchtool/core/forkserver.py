@@ -293,7 +293,7 @@ def serve(
     while True:
         for key, _events in sel.select(timeout=0.05):
             if key.data == "stdin":
-                if not sys.stdin.buffer.read1(4096):  # verify has gone: end everything
+                if not os.read(sys.stdin.fileno(), 4096):  # verify has gone: end everything
                     for pid in children:
                         os.kill(pid, signal.SIGKILL)
                     return
@@ -314,7 +314,7 @@ def serve(
 def _reap(children: dict[int, socket.socket], sel: selectors.BaseSelector) -> None:
     while children:
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
@@ -323,9 +323,10 @@ def _reap(children: dict[int, socket.socket], sel: selectors.BaseSelector) -> No
         if conn is None:
             continue
         code = os.waitstatus_to_exitcode(status)
+        cpu = round(usage.ru_utime + usage.ru_stime, 2)
         sel.unregister(conn)
         with contextlib.suppress(OSError):
-            _send(conn, {"returncode": code})
+            _send(conn, {"returncode": code, "cpu_s": cpu})
         conn.close()
 
 
@@ -391,6 +392,7 @@ class ForkedProcess:
         cwd: str | os.PathLike[str] | None = None,
     ) -> None:
         self.returncode: int | None = None
+        self.cpu_s = 0.0  # CPU seconds of the child (and what it waited for), once exited
         self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._conn.connect(sock_path)
         out_r, out_w = os.pipe()
@@ -450,6 +452,7 @@ class ForkedProcess:
         try:
             answer, _ = _receive(self._conn)
             self.returncode = int(answer["returncode"])
+            self.cpu_s = float(answer.get("cpu_s", 0.0))
         except (EOFError, OSError, KeyError, ValueError):
             self.returncode = -signal.SIGKILL  # the server went away with the child
         self._conn.close()

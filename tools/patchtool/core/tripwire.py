@@ -195,7 +195,9 @@ def run_pytest(
 
 def _pytest_args(junit: Path, nodes: list[str]) -> list[str]:
     """pytest's arguments for one state: its nodes, junit outcomes, no cache written."""
-    args = ["-q", "-p", "no:cacheprovider", "-o", "junit_family=xunit1"]
+    # --tb=short: a left-out state fails by design, often in 100+ cases; pytest's long
+    # tracebacks (source of every frame) cost seconds there and verify shows one line.
+    args = ["-q", "--tb=short", "-p", "no:cacheprovider", "-o", "junit_family=xunit1"]
     return [*args, f"--junitxml={junit}", *sorted(set(nodes))]
 
 
@@ -216,6 +218,10 @@ def left_out_tree(series: Path, patch: Patch, dest: Path) -> Path:
     paths = sorted({f.path for f in patch.files} | {f.old_path for f in patch.files if f.old_path})
     for rel in paths:
         target = dest / rel
+        # Bytecode the series' states compiled for this file (shared by hard link) is stale
+        # here: drop it, so this tree's code is compiled from this tree's source.
+        for pyc in (target.parent / "__pycache__").glob(f"{target.stem}.*.pyc"):
+            pyc.unlink()
         if target.is_file() and not target.is_symlink():
             data = target.read_bytes()
             target.unlink()
@@ -249,12 +255,14 @@ class _State:
     patch: Patch | None = None
     packages: list[str] = field(default_factory=list)
     outcomes: Outcomes = field(default_factory=Outcomes)
-    seconds: float = 0.0
+    seconds: float = 0.0  # wall
+    cpu_s: float = 0.0  # the pytest process's CPU (forked states)
 
     @property
     def label(self) -> str:
-        what = f"without {self.patch.path.name}" if self.patch else "series"
-        return f"{self.upstream} {what}"
+        return f"{self.upstream} {'without' if self.patch else 'with'} {self.name}"
+
+    name: str = ""  # the patch whose tests run (with the series, or without it)
 
 
 @dataclass
@@ -318,8 +326,8 @@ def plan_upstream(root: Path, up: Upstream) -> _Plan:
     packages = import_roots([patch for _, patch in series], root)
     states = [
         (
-            _State(up.name, repo, proof.tests, None, packages),
-            _State(up.name, repo, proof.tests, patch, packages),
+            _State(up.name, repo, proof.tests, None, packages, name=patch.path.name),
+            _State(up.name, repo, proof.tests, patch, packages, name=patch.path.name),
         )
         for proof, patch in testable
     ]
@@ -395,7 +403,7 @@ class _Runner:
         if self.server is None:
             state.outcomes = run_pytest(self.root, self.python, state.nodes, env)
         else:
-            state.outcomes = self._forked(state.nodes, {**env, **self.server.env()})
+            state.outcomes, state.cpu_s = self._forked(state.nodes, {**env, **self.server.env()})
         state.seconds = time.monotonic() - started
         if report.exists() and report.read_text().strip():
             state.outcomes.invalid = (
@@ -403,20 +411,25 @@ class _Runner:
                 + report.read_text().strip().replace("\n", "; ")[:600]
             )
 
-    def _forked(self, nodes: list[str], env: dict[str, str]) -> Outcomes:
+    def _forked(self, nodes: list[str], env: dict[str, str]) -> tuple[Outcomes, float]:
+        """One pytest run forked by the server: its outcomes and CPU seconds (its own, not
+        those of the ranks it had the server fork)."""
         assert self.server is not None
         with tempfile.TemporaryDirectory(prefix="patchtool-verify-") as tmp:
             junit = Path(tmp) / "junit.xml"
             argv = ["-m", "pytest", *_pytest_args(junit, nodes)]
-            full_env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", **env)
-            proc = self.server.spawn(argv, full_env, self.root)
+            # Bytecode is written (into the scratch trees, mostly): the states sharing a tree
+            # compile its modules once. A left-out tree's own files never reuse the series'
+            # bytecode (left_out_tree drops it).
+            full_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+            proc = self.server.spawn(argv, {**full_env, **env}, self.root)
             stdout, stderr = proc.communicate()
             tail = " | ".join(stdout.strip().splitlines()[-3:])
             if proc.returncode == GUARD_EXIT:
-                return Outcomes({}, tail, invalid=stderr.strip().splitlines()[-1][:600])
+                return Outcomes({}, tail, invalid=stderr.strip().splitlines()[-1][:600]), proc.cpu_s
             if not junit.exists():
-                return Outcomes({}, tail or stderr.strip()[-300:])
-            return Outcomes(parse_junit(junit.read_text()), tail)
+                return Outcomes({}, tail or stderr.strip()[-300:]), proc.cpu_s
+            return Outcomes(parse_junit(junit.read_text()), tail), proc.cpu_s
 
 
 def run_states(
@@ -459,7 +472,9 @@ def run_states(
                 report = scratch / "reports" / f"{index}.txt"
                 report.parent.mkdir(exist_ok=True)
                 runner.run(state, state_env(own, packages, forbidden, report), report)
-                _say(progress, f"{state.label}: {state.seconds:.1f} s")
+                _say(
+                    progress, f"{state.label}: {state.seconds:.1f} s wall, {state.cpu_s:.1f} s CPU"
+                )
 
             futures = [pool.submit(one, i, s) for i, s in enumerate(states)]
             for future in futures:
@@ -521,9 +536,12 @@ def verify_upstreams(
     """Prove each patch of each upstream whose checkout is present and applied."""
     plans = [plan_upstream(root, up) for up in ups]
     pairs = [pair for plan in plans for pair in plan.states]
-    # Each proof's left-out state first (they are where a tripwire must fail), then its
-    # series state; the pool takes them in this order.
-    states = [state for pair in pairs for state in (pair[1], pair[0])]
+    # The pool takes states in this order: the longest first, as far as it can be told
+    # before running (more Test: nodes, then left-out states, whose tests fail slowly).
+    states = sorted(
+        (state for pair in pairs for state in pair),
+        key=lambda s: (-len(s.nodes), s.patch is None),
+    )
     run_states(root, python, states, jobs or os.cpu_count() or 1, progress, fork_server)
     proofs: list[Proof] = []
     for plan in plans:
