@@ -4,10 +4,19 @@ A patch is proven when its `Test:` nodes pass on the tree with the whole series 
 on the same tree with only that patch left out. The user's checkout is never touched: each
 state is a scratch tree of its own (the checkout's HEAD via `git archive`, once per upstream;
 a left-out state hard-links that tree and reverse-applies its patch on private copies of the
-patch's files), and one pytest process of its own runs on exactly that tree (through
-`PATCHTOOL_TREE_<UPSTREAM>` and PYTHONPATH, as `rebase --tripwires` does). States run in
-parallel, up to `jobs` at once (default: the machine's cores). On any interruption (Ctrl-C,
-SIGTERM, SIGHUP) the pytest process groups are killed and the scratch trees removed.
+patch's files). A state names a tree for every upstream being verified (the others' series
+trees), through `PATCHTOOL_TREE_<UPSTREAM>` and PYTHONPATH, as `rebase --tripwires` does.
+
+Each patch has two states, each one process: its tests with the series, its tests without
+the patch. The processes are forked by a server (forkserver.py) that imported the project's
+heavy third-party modules once (`[tool.patchtool.verify] preload` in pyproject.toml), which
+cuts each process's start from ~15 s of CPU to ~1 s; the tests' own rank processes are forked
+by it too (tests/support/python_process.py). Every child checks, when it ends, that each
+upstream module it imported came from its state's trees (the module-origin guard); a state
+that fails the check is invalid and proves nothing. States run in parallel, up to `jobs` at
+once (default: the machine's cores), the longest-looking first. On any interruption (Ctrl-C,
+SIGTERM, SIGHUP) the server's process group (the server, every state, every rank) is killed
+and the scratch trees removed. `--no-fork-server` runs each state as a fresh interpreter.
 
 On a proxy (the nearest release standing in for a non-release pin) every row says so: the
 source column carries the patch's proxy label, a proof is "proven on proxy" (never "proven"),
