@@ -61,6 +61,24 @@ def test_real_tripwire_is_proven_and_tree_restored(sandbox: Sandbox) -> None:
     assert "proven" in render_table(proofs)
 
 
+def test_without_the_fork_server_each_state_is_a_fresh_interpreter(sandbox: Sandbox) -> None:
+    """`--no-fork-server`: the same proof with one fresh pytest process per state."""
+    repo, pin = sandbox.upstream("Up", {"mod.py": "VALUE = 1\n"})
+    patch = sandbox.make_patch(repo, pin, {"mod.py": "VALUE = 2\n"}, "Fix", _trailers("test_trip"))
+    sandbox.add("Up", str(repo), pin)
+    write(sandbox.root, {"tests/test_trip.py": TRIP})
+    sandbox.set_series("Up", {"fix.patch": patch})
+    sandbox.commit()
+    up = load_manifest(sandbox.root).upstreams["Up"]
+    assert apply_upstream(sandbox.root, up).state == "applied"
+    proofs = verify_upstreams(
+        sandbox.root, [up], Path(sys.executable), progress=False, fork_server=False
+    )
+    assert [(p.with_patch, p.without_patch, p.verdict) for p in proofs] == [
+        ("passed", "failed", "proven")
+    ]
+
+
 def test_test_that_cannot_fail_is_not_proven(sandbox: Sandbox) -> None:
     proofs, _ = _prove(sandbox, "test_always")
     assert proofs[0].verdict == "NOT PROVEN"
