@@ -223,14 +223,18 @@ def series_tree(repo: Path, dest: Path) -> Path:
 def left_out_tree(series: Path, patch: Patch, dest: Path) -> Path:
     """`series` with `patch` reverse-applied, in `dest`: every file hard-linked from `series`
     except the patch's own files, which are private copies (the shared tree stays intact)."""
-    shutil.copytree(series, dest, symlinks=True, copy_function=os.link)
+    # Without the series' bytecode: other states are writing it meanwhile (a file that is
+    # renamed into place mid-copy would fail the copy), and this tree compiles its own.
+    shutil.copytree(
+        series,
+        dest,
+        symlinks=True,
+        copy_function=os.link,
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     paths = sorted({f.path for f in patch.files} | {f.old_path for f in patch.files if f.old_path})
     for rel in paths:
         target = dest / rel
-        # Bytecode the series' states compiled for this file (shared by hard link) is stale
-        # here: drop it, so this tree's code is compiled from this tree's source.
-        for pyc in (target.parent / "__pycache__").glob(f"{target.stem}.*.pyc"):
-            pyc.unlink()
         if target.is_file() and not target.is_symlink():
             data = target.read_bytes()
             target.unlink()
@@ -428,8 +432,8 @@ class _Runner:
             junit = Path(tmp) / "junit.xml"
             argv = ["-m", "pytest", *_pytest_args(junit, nodes)]
             # Bytecode is written (into the scratch trees, mostly): the states sharing a tree
-            # compile its modules once. A left-out tree's own files never reuse the series'
-            # bytecode (left_out_tree drops it).
+            # compile its modules once. A left-out tree never takes the series' bytecode
+            # (left_out_tree copies no __pycache__).
             full_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
             proc = self.server.spawn(argv, {**full_env, **env}, self.root)
             stdout, stderr = proc.communicate()
