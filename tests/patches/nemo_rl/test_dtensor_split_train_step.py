@@ -33,8 +33,6 @@ nemo_automodel code, so v2 is imported with the real nemo-automodel 0.4.0 (the
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +40,7 @@ import pytest
 
 from tests.patches.nemo_rl.automodel_imports import MISSING_REASON, automodel_installed
 from tests.support.ports import free_port
+from tests.support.python_process import python_c
 
 pytestmark = [
     pytest.mark.nemo_rl,
@@ -246,13 +245,7 @@ def _spawn(nemo_rl_root: Path, kind: str) -> list[dict[str, Any]] | str:
     """Both ranks' results, or the failure text (each test then fails with it)."""
     port = str(free_port())
     procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _SCRIPT, str(nemo_rl_root), str(REPO_ROOT), port, str(r), kind],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for r in range(2)
+        python_c(_SCRIPT, str(nemo_rl_root), str(REPO_ROOT), port, str(r), kind) for r in range(2)
     ]
     outs = []
     failure = ""

@@ -41,13 +41,12 @@ CUDA calls go through `mcore_grpo.worker.cpu.cpu_device` (the project's megatron
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.support.ports import free_port
+from tests.support.python_process import python_c
 
 pytestmark = [
     pytest.mark.nemo_rl,
@@ -299,21 +298,7 @@ dist.destroy_process_group()
 def test_split_steps_see_updated_params_with_overlap_param_gather(nemo_rl_on_path: Path) -> None:
     port = str(free_port())
     procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                _SCRIPT,
-                str(nemo_rl_on_path),
-                str(REPO_ROOT),
-                port,
-                str(rank),
-                str(STEPS),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        python_c(_SCRIPT, str(nemo_rl_on_path), str(REPO_ROOT), port, str(rank), str(STEPS))
         for rank in range(2)
     ]
     outs = []

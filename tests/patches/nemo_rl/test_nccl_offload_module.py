@@ -11,13 +11,12 @@ check at world size 4 in tests/integration/worker/memory/test_nccl_offload_layou
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.support.ports import free_port
+from tests.support.python_process import python_c
 
 pytestmark = pytest.mark.nemo_rl
 
@@ -48,15 +47,10 @@ dist.destroy_process_group()
 
 def test_nemo_rl_nccl_offload_module_cycles(nemo_rl_on_path: Path) -> None:
     script = f"import sys; sys.path.insert(0, {str(nemo_rl_on_path)!r})\n" + _SCRIPT
-    proc = subprocess.run(
-        [sys.executable, "-c", script, str(free_port())],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, f"NeMo-RL nccl_offload run failed:\n{proc.stderr[-4000:]}"
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    proc = python_c(script, str(free_port()))
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, f"NeMo-RL nccl_offload run failed:\n{stderr[-4000:]}"
+    out = json.loads(stdout.strip().splitlines()[-1])
     assert Path(out["file"]).is_relative_to(nemo_rl_on_path), out["file"]
     manual, official = out["cycles"]
     assert "_TENSOR_MODEL_PARALLEL_GROUP" in manual["destroyed"]

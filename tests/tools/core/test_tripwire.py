@@ -61,6 +61,24 @@ def test_real_tripwire_is_proven_and_tree_restored(sandbox: Sandbox) -> None:
     assert "proven" in render_table(proofs)
 
 
+def test_without_the_fork_server_each_state_is_a_fresh_interpreter(sandbox: Sandbox) -> None:
+    """`--no-fork-server`: the same proof with one fresh pytest process per state."""
+    repo, pin = sandbox.upstream("Up", {"mod.py": "VALUE = 1\n"})
+    patch = sandbox.make_patch(repo, pin, {"mod.py": "VALUE = 2\n"}, "Fix", _trailers("test_trip"))
+    sandbox.add("Up", str(repo), pin)
+    write(sandbox.root, {"tests/test_trip.py": TRIP})
+    sandbox.set_series("Up", {"fix.patch": patch})
+    sandbox.commit()
+    up = load_manifest(sandbox.root).upstreams["Up"]
+    assert apply_upstream(sandbox.root, up).state == "applied"
+    proofs = verify_upstreams(
+        sandbox.root, [up], Path(sys.executable), progress=False, fork_server=False
+    )
+    assert [(p.with_patch, p.without_patch, p.verdict) for p in proofs] == [
+        ("passed", "failed", "proven")
+    ]
+
+
 def test_test_that_cannot_fail_is_not_proven(sandbox: Sandbox) -> None:
     proofs, _ = _prove(sandbox, "test_always")
     assert proofs[0].verdict == "NOT PROVEN"
@@ -71,6 +89,33 @@ def test_test_failing_with_the_patch_is_not_proven(sandbox: Sandbox) -> None:
     proofs, _ = _prove(sandbox, "test_never")
     assert proofs[0].verdict == "NOT PROVEN"
     assert "fails with the patch" in proofs[0].detail
+
+
+def test_a_state_importing_from_the_checkout_proves_nothing(sandbox: Sandbox) -> None:
+    """The module-origin guard, through verify: a tripwire that imports the patched module
+    from the user's checkout (not its state's scratch tree) makes its states invalid, and
+    the patch is NOT PROVEN, saying which module came from where."""
+    test = (
+        "import sys\nfrom pathlib import Path\n\n\n"
+        "def test_trip():\n"
+        "    sys.path.insert(0, str(Path(__file__).parents[1] / '3rdparty/Up'))\n"
+        "    import mod\n\n"
+        "    assert mod.VALUE == 2\n"
+    )
+    repo, pin = sandbox.upstream("Up", {"mod.py": "VALUE = 1\n"})
+    patch = sandbox.make_patch(repo, pin, {"mod.py": "VALUE = 2\n"}, "Fix", _trailers("test_trip"))
+    sandbox.add("Up", str(repo), pin)
+    write(sandbox.root, {"tests/test_trip.py": test})
+    sandbox.set_series("Up", {"fix.patch": patch})
+    sandbox.commit()
+    up = load_manifest(sandbox.root).upstreams["Up"]
+    assert apply_upstream(sandbox.root, up).state == "applied"
+    proofs = verify_upstream(sandbox.root, up, Path(sys.executable), progress=False)
+    assert [(p.with_patch, p.without_patch, p.verdict) for p in proofs] == [
+        ("invalid", "invalid", "NOT PROVEN")
+    ]
+    assert "the series state is invalid" in proofs[0].detail
+    assert "mod from " in proofs[0].detail and "3rdparty/Up/mod.py" in proofs[0].detail
 
 
 def test_missing_upstream_is_reported_not_verified(sandbox: Sandbox) -> None:
@@ -124,7 +169,7 @@ HANG = TREE + (
     "def test_trip():\n"
     "    if 'VALUE = 2' not in (_tree() / 'mod.py').read_text():\n"
     "        marker = Path(__file__).parents[1] / 'started'\n"
-    "        marker.write_text(f'{os.getpid()} {_tree()}')\n"
+    "        marker.write_text(f'{os.getpid()} {os.getppid()} {_tree()}')\n"
     "        time.sleep(120)\n"
 )
 
@@ -171,7 +216,7 @@ def test_interrupted_verify_leaves_the_checkout_patched_and_nothing_behind(
         time.sleep(0.1)
     assert marker.exists(), verify.communicate()
     time.sleep(0.3)  # the marker is written before the pid/tree text lands
-    pid_text, tree = marker.read_text().split(" ", 1)
+    pid_text, parent_text, tree = marker.read_text().split(" ", 2)
     checkout = sandbox.root / "3rdparty/Up"
     assert not Path(tree).resolve().is_relative_to(checkout.resolve())  # a scratch tree
     assert (checkout / "mod.py").read_text() == "VALUE = 2\n"  # while the state runs
@@ -184,12 +229,14 @@ def test_interrupted_verify_leaves_the_checkout_patched_and_nothing_behind(
     while _alive(int(pid_text)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(int(pid_text)), "the pytest process of the state outlived verify"
+    assert not _alive(int(parent_text)), "the fork server outlived verify"
     assert list(scratch_tmp.iterdir()) == []  # no scratch tree left
 
 
-def test_series_state_is_one_process_for_all_upstreams(sandbox: Sandbox) -> None:
-    """Two upstreams, one patch each: the series state is shared (one pytest process), each
-    left-out state has its own, and both proofs hold (3 processes instead of 4)."""
+def test_every_state_is_a_process_of_its_own_on_every_upstreams_tree(sandbox: Sandbox) -> None:
+    """Two upstreams, one patch each: four states (each patch with the series, each without
+    it), four processes; every state names a scratch tree for both upstreams (a left-out
+    state changes only its own), and both proofs hold."""
     for name in ("Up", "Dn"):
         repo, pin = sandbox.upstream(name, {"mod.py": "VALUE = 1\n"})
         trailer = f"Upstream-Status: pending\nOrigin: tests\nTest: tests/test_{name.lower()}.py::test_trip\n"
@@ -201,7 +248,9 @@ def test_series_state_is_one_process_for_all_upstreams(sandbox: Sandbox) -> None
             "import os\nfrom pathlib import Path\n\n\n"
             "def test_trip():\n"
             "    log = Path(__file__).parents[1] / 'pids.log'\n"
-            "    with log.open('a') as out:\n        out.write(f'{os.getpid()}\\n')\n"
+            "    trees = [os.environ.get(v, '-') for v in ('PATCHTOOL_TREE_UP', 'PATCHTOOL_TREE_DN')]\n"
+            "    with log.open('a') as out:\n"
+            f"        out.write(f'{name} {{os.getpid()}} {{trees[0]}} {{trees[1]}}\\n')\n"
             f"    tree = Path(os.environ.get('{var}', Path(__file__).parents[1] / '3rdparty/{name}'))\n"
             "    assert 'VALUE = 2' in (tree / 'mod.py').read_text()\n"
         )
@@ -213,5 +262,15 @@ def test_series_state_is_one_process_for_all_upstreams(sandbox: Sandbox) -> None
         assert apply_upstream(sandbox.root, up).state == "applied"
     proofs = verify_upstreams(sandbox.root, ups, Path(sys.executable), progress=False, jobs=2)
     assert [(p.upstream, p.verdict) for p in proofs] == [("Up", "proven"), ("Dn", "proven")]
-    pids = (sandbox.root / "pids.log").read_text().split()
-    assert len(pids) == 4 and len(set(pids)) == 3
+    rows = [line.split() for line in (sandbox.root / "pids.log").read_text().splitlines()]
+    assert len(rows) == 4 and len({pid for _, pid, _, _ in rows}) == 4
+    for _, _, up_tree, dn_tree in rows:
+        assert "-" not in (up_tree, dn_tree)  # both upstreams' trees named in every state
+        assert not Path(up_tree).is_relative_to(sandbox.root)  # scratch trees, never checkouts
+        assert not Path(dn_tree).is_relative_to(sandbox.root)
+    series = {Path(r[2]).name for r in rows if r[0] == "Dn"} | {
+        Path(r[3]).name for r in rows if r[0] == "Up"
+    }
+    assert series == {"series"}  # the other upstream's tree is its series tree
+    own = sorted(Path(r[2] if r[0] == "Up" else r[3]).name for r in rows)
+    assert own == ["series", "series", "without-fix", "without-fix"]

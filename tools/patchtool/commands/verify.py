@@ -1,7 +1,8 @@
 """`tools/patches verify [UPSTREAM...] [--json] [--allow-missing]`: prove each patch's `Test:`
 passes with the series and fails with that patch left out (core/tripwire.py), as a table.
-Every state runs in a scratch tree of its own, in parallel (`--jobs`, default the cores); the
-checkouts are only read.
+Every state runs in a scratch tree of its own, in a process of its own forked by a server that
+imported the third-party modules once (core/forkserver.py), in parallel (`--jobs`, default the
+cores); the checkouts are only read.
 Exit FAILED when a patch is not proven (unless only missing sources and --allow-missing).
 """
 
@@ -42,6 +43,12 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         help="states run at once, each a scratch tree and a pytest process (default: cores)",
     )
     parser.add_argument(
+        "--no-fork-server",
+        action="store_true",
+        help="run each state as a fresh interpreter instead of a child of the fork server "
+        "(slower: every state imports torch and the rest afresh)",
+    )
+    parser.add_argument(
         "--allow-missing",
         action="store_true",
         help="exit 0 when an upstream's source is missing (its patches are reported unverified)",
@@ -52,7 +59,9 @@ def _run(args: argparse.Namespace) -> int:
     root = root_of(args)
     python = Path(args.python) if args.python else venv_python(root)
     ups = load_manifest(root).select(args.upstreams)
-    proofs = verify_upstreams(root, ups, python, progress=not args.json, jobs=args.jobs)
+    proofs = verify_upstreams(
+        root, ups, python, not args.json, jobs=args.jobs, fork_server=not args.no_fork_server
+    )
     if args.json:
         print(json.dumps({"patches": [asdict(p) for p in proofs]}, indent=2))
     else:

@@ -4,10 +4,19 @@ A patch is proven when its `Test:` nodes pass on the tree with the whole series 
 on the same tree with only that patch left out. The user's checkout is never touched: each
 state is a scratch tree of its own (the checkout's HEAD via `git archive`, once per upstream;
 a left-out state hard-links that tree and reverse-applies its patch on private copies of the
-patch's files), and one pytest process of its own runs on exactly that tree (through
-`PATCHTOOL_TREE_<UPSTREAM>` and PYTHONPATH, as `rebase --tripwires` does). States run in
-parallel, up to `jobs` at once (default: the machine's cores). On any interruption (Ctrl-C,
-SIGTERM, SIGHUP) the pytest process groups are killed and the scratch trees removed.
+patch's files). A state names a tree for every upstream being verified (the others' series
+trees), through `PATCHTOOL_TREE_<UPSTREAM>` and PYTHONPATH, as `rebase --tripwires` does.
+
+Each patch has two states, each one process: its tests with the series, its tests without
+the patch. The processes are forked by a server (forkserver.py) that imported the project's
+heavy third-party modules once (`[tool.patchtool.verify] preload` in pyproject.toml), which
+cuts each process's start from ~15 s of CPU to ~1 s; the tests' own rank processes are forked
+by it too (tests/support/python_process.py). Every child checks, when it ends, that each
+upstream module it imported came from its state's trees (the module-origin guard); a state
+that fails the check is invalid and proves nothing. States run in parallel, up to `jobs` at
+once (default: the machine's cores), the longest-looking first. On any interruption (Ctrl-C,
+SIGTERM, SIGHUP) the server's process group (the server, every state, every rank) is killed
+and the scratch trees removed. `--no-fork-server` runs each state as a fresh interpreter.
 
 On a proxy (the nearest release standing in for a non-release pin) every row says so: the
 source column carries the patch's proxy label, a proof is "proven on proxy" (never "proven"),
@@ -18,6 +27,7 @@ accepted by --allow-missing).
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import signal
@@ -26,6 +36,8 @@ import sys
 import tarfile
 import tempfile
 import threading
+import time
+import tomllib
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -38,12 +50,14 @@ from ..rebase.engine import TripwireHook
 from ..source.detect import MISSING, STANDIN, Source, detect_source
 from ..source.proxy import check_series, proxy_name
 from .checkout import checkout_dir, dirty_files
+from .forkserver import GUARD_EXIT, GUARD_VAR, REPORT_VAR, ForkServer
 from .git import git, git_bytes
 from .manifest import Upstream
 from .series import Patch, load_series
 from .state import upstream_status
 
 PASSED, FAILED, SKIPPED, NOT_RUN = "passed", "failed", "skipped", "not-run"
+INVALID = "invalid"  # the state did not run on exactly its trees: it proves nothing
 PROVEN, PROVEN_ON_PROXY, NOT_VERIFIED = "proven", "proven on proxy", "not verified here"
 
 
@@ -77,9 +91,12 @@ class Outcomes:
 
     by_node: dict[str, tuple[str, str]] = field(default_factory=dict)
     tail: str = ""
+    invalid: str = ""  # why the run proves nothing (the module-origin guard tripped)
 
     def of(self, node: str) -> tuple[str, str]:
         """Outcome of a `Test:` node; a file or a test name covers its parametrisations."""
+        if self.invalid:
+            return INVALID, self.invalid
         hits = [v for k, v in self.by_node.items() if _covers(node, k)]
         if not hits:
             return FAILED, f"{node} did not run (collection error?): {self.tail}"
@@ -161,8 +178,7 @@ def run_pytest(
     """
     with tempfile.TemporaryDirectory(prefix="patchtool-verify-") as tmp:
         junit = Path(tmp) / "junit.xml"
-        cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o"]
-        cmd += ["junit_family=xunit1", f"--junitxml={junit}", *sorted(set(nodes))]
+        cmd = [str(python), "-m", "pytest", *_pytest_args(junit, nodes)]
         full_env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", **(env or {}))
         with subprocess.Popen(
             cmd,
@@ -186,6 +202,14 @@ def run_pytest(
         return Outcomes(parse_junit(junit.read_text()), tail)
 
 
+def _pytest_args(junit: Path, nodes: list[str]) -> list[str]:
+    """pytest's arguments for one state: its nodes, junit outcomes, no cache written."""
+    # --tb=short: a left-out state fails by design, often in 100+ cases; pytest's long
+    # tracebacks (source of every frame) cost seconds there and verify shows one line.
+    args = ["-q", "--tb=short", "-p", "no:cacheprovider", "-o", "junit_family=xunit1"]
+    return [*args, f"--junitxml={junit}", *sorted(set(nodes))]
+
+
 def series_tree(repo: Path, dest: Path) -> Path:
     """The checkout's HEAD (the patched series) as a plain scratch tree; the checkout is only
     read (`git archive`), never changed."""
@@ -199,7 +223,15 @@ def series_tree(repo: Path, dest: Path) -> Path:
 def left_out_tree(series: Path, patch: Patch, dest: Path) -> Path:
     """`series` with `patch` reverse-applied, in `dest`: every file hard-linked from `series`
     except the patch's own files, which are private copies (the shared tree stays intact)."""
-    shutil.copytree(series, dest, symlinks=True, copy_function=os.link)
+    # Without the series' bytecode: other states are writing it meanwhile (a file that is
+    # renamed into place mid-copy would fail the copy), and this tree compiles its own.
+    shutil.copytree(
+        series,
+        dest,
+        symlinks=True,
+        copy_function=os.link,
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     paths = sorted({f.path for f in patch.files} | {f.old_path for f in patch.files if f.old_path})
     for rel in paths:
         target = dest / rel
@@ -223,25 +255,52 @@ def left_out_tree(series: Path, patch: Patch, dest: Path) -> Path:
 
 @dataclass
 class _State:
-    """One tree to test: an upstream's series (patch None) or the series less `patch`.
+    """One process to run: `nodes` on the whole stack's series trees, less `patch` if set.
 
-    verify runs the series states of all upstreams as one (upstream "": every series applied).
+    Every state names a tree for every upstream being verified (the series tree of each
+    upstream, or for a left-out state its own upstream's tree less the patch), so every
+    upstream module it imports comes from a scratch tree of this run, never the checkout.
     """
 
     upstream: str
     repo: Path
     nodes: list[str]
     patch: Patch | None = None
+    packages: list[str] = field(default_factory=list)
     outcomes: Outcomes = field(default_factory=Outcomes)
+    seconds: float = 0.0  # wall
+    cpu_s: float = 0.0  # the pytest process's CPU (forked states)
+
+    @property
+    def label(self) -> str:
+        return f"{self.upstream} {'without' if self.patch else 'with'} {self.name}"
+
+    name: str = ""  # the patch whose tests run (with the series, or without it)
 
 
 @dataclass
 class _Plan:
-    """What verify will run for one upstream: its proofs and the states they need."""
+    """What verify will run for one upstream: its proofs and, per proof, its two states."""
 
     proofs: list[Proof]
     testable: list[tuple[Proof, Patch]]
-    states: list[_State]
+    states: list[tuple[_State, _State]]  # (with the series, without the patch) per testable
+
+
+def import_roots(patches: list[Patch], root: Path) -> list[str]:
+    """The upstream's import packages the series touches (e.g. `megatron`, `nemo_rl`): the
+    top-level name of every Python file a patch changes (`src/` layouts stripped), less names
+    this repository itself has at its root (its own `tests`, `tools`)."""
+    names: set[str] = set()
+    for patch in patches:
+        for changed in patch.files:
+            for rel in filter(None, (changed.path, changed.old_path)):
+                parts = rel.split("/")
+                if parts[0] == "src" and len(parts) > 1:
+                    parts = parts[1:]
+                if parts[-1].endswith(".py"):
+                    names.add(parts[0].removesuffix(".py"))
+    return sorted(n for n in names if not (root / n).exists() and not (root / f"{n}.py").exists())
 
 
 def plan_upstream(root: Path, up: Upstream) -> _Plan:
@@ -277,10 +336,14 @@ def plan_upstream(root: Path, up: Upstream) -> _Plan:
         if not proof.tests:
             proof.verdict, proof.detail = "no tripwire", "the patch has no Test: trailer"
     testable = [(proof, patch) for proof, patch in testable if proof.tests]
-    if not testable:
-        return _Plan(proofs, [], [])
-    states = [_State(up.name, repo, [n for proof, _ in testable for n in proof.tests])]
-    states += [_State(up.name, repo, proof.tests, patch) for proof, patch in testable]
+    packages = import_roots([patch for _, patch in series], root)
+    states = [
+        (
+            _State(up.name, repo, proof.tests, None, packages, name=patch.path.name),
+            _State(up.name, repo, proof.tests, patch, packages, name=patch.path.name),
+        )
+        for proof, patch in testable
+    ]
     return _Plan(proofs, testable, states)
 
 
@@ -303,89 +366,203 @@ def _signals_interrupt() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _series_env(trees: dict[str, Path]) -> dict[str, str]:
-    """`tree_env` of several upstreams at once (the shared series state)."""
+def state_env(
+    trees: dict[str, Path],
+    packages: dict[str, list[str]],
+    forbidden: list[Path],
+    report: Path,
+) -> dict[str, str]:
+    """The environment of one state: its trees on PYTHONPATH (`tree_env` of every upstream)
+    and the module-origin guard the fork server's child checks (forkserver.py)."""
     env: dict[str, str] = {}
     paths: list[str] = []
     for name, tree in trees.items():
-        one = tree_env(name, tree)
-        env[tree_env_var(name)] = one[tree_env_var(name)]
+        env[tree_env_var(name)] = str(tree)
         paths += [str(tree), str(tree / "src")]
     env["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [os.environ.get("PYTHONPATH")])])
+    guard = {
+        "trees": {name: str(tree) for name, tree in trees.items()},
+        "packages": {name: packages.get(name, []) for name in trees},
+        "forbidden": [str(f) for f in forbidden],
+    }
+    env[GUARD_VAR] = json.dumps(guard)
+    env[REPORT_VAR] = str(report)
     return env
 
 
-def _run_state(
-    root: Path, python: Path, state: _State, scratch: Path, trees: dict[str, Path]
+def verify_preload(root: Path) -> list[str]:
+    """Third-party modules the fork server imports once for every state
+    (`[tool.patchtool.verify] preload` in the project's pyproject.toml; none without)."""
+    pyproject = root / "pyproject.toml"
+    if not pyproject.is_file():
+        return []
+    config = tomllib.loads(pyproject.read_text())
+    names = config.get("tool", {}).get("patchtool", {}).get("verify", {}).get("preload", [])
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise PatchToolError(
+            f"{pyproject}: [tool.patchtool.verify] preload must be a list of module names"
+        )
+    return names
+
+
+class _Runner:
+    """Runs states: through the fork server (default) or as fresh interpreters."""
+
+    def __init__(self, root: Path, python: Path, server: ForkServer | None) -> None:
+        self.root, self.python, self.server = root, python, server
+
+    def run(self, state: _State, env: dict[str, str], report: Path) -> None:
+        started = time.monotonic()
+        if self.server is None:
+            state.outcomes = run_pytest(self.root, self.python, state.nodes, env)
+        else:
+            state.outcomes, state.cpu_s = self._forked(state.nodes, {**env, **self.server.env()})
+        state.seconds = time.monotonic() - started
+        if report.exists() and report.read_text().strip():
+            state.outcomes.invalid = (
+                "its processes imported upstream code from outside the state's trees: "
+                + report.read_text().strip().replace("\n", "; ")[:600]
+            )
+
+    def _forked(self, nodes: list[str], env: dict[str, str]) -> tuple[Outcomes, float]:
+        """One pytest run forked by the server: its outcomes and CPU seconds (its own, not
+        those of the ranks it had the server fork)."""
+        assert self.server is not None
+        with tempfile.TemporaryDirectory(prefix="patchtool-verify-") as tmp:
+            junit = Path(tmp) / "junit.xml"
+            argv = ["-m", "pytest", *_pytest_args(junit, nodes)]
+            # Bytecode is written (into the scratch trees, mostly): the states sharing a tree
+            # compile its modules once. A left-out tree never takes the series' bytecode
+            # (left_out_tree copies no __pycache__).
+            full_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+            proc = self.server.spawn(argv, {**full_env, **env}, self.root)
+            stdout, stderr = proc.communicate()
+            tail = " | ".join(stdout.strip().splitlines()[-3:])
+            if proc.returncode == GUARD_EXIT:
+                return Outcomes({}, tail, invalid=stderr.strip().splitlines()[-1][:600]), proc.cpu_s
+            if not junit.exists():
+                return Outcomes({}, tail or stderr.strip()[-300:]), proc.cpu_s
+            return Outcomes(parse_junit(junit.read_text()), tail), proc.cpu_s
+
+
+def run_states(
+    root: Path,
+    python: Path,
+    states: list[_State],
+    jobs: int,
+    progress: bool,
+    fork_server: bool = True,
 ) -> None:
-    """Build the state's tree (left-out states) and run its pytest process on it.
-
-    The series state (patch None) is one process for every upstream: each one's tests on its
-    series tree (all series applied is one state of the whole stack); a left-out state changes
-    only its own upstream's tree.
-    """
-    if state.patch is None:
-        state.outcomes = run_pytest(root, python, state.nodes, _series_env(trees))
-        return
-    dest = scratch / state.upstream / f"without-{state.patch.path.stem}"
-    tree = left_out_tree(trees[state.upstream], state.patch, dest)
-    state.outcomes = run_pytest(root, python, state.nodes, tree_env(state.upstream, tree))
-
-
-def run_states(root: Path, python: Path, states: list[_State], jobs: int, progress: bool) -> None:
-    """Run every state, up to `jobs` at once, each in its own scratch tree and process."""
+    """Run every state, up to `jobs` at once, each in its own process on its own trees."""
     if not states:
         return
     jobs = max(1, jobs)
     with _signals_interrupt(), tempfile.TemporaryDirectory(prefix="patchtool-verify-") as tmp:
         scratch = Path(tmp)
-        repos = {s.upstream: s.repo for s in states if s.upstream}
+        repos = {s.upstream: s.repo for s in states}
+        packages = {s.upstream: s.packages for s in states}
+        forbidden = [*repos.values(), scratch]
         pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="verify")
         futures: list[Future[None]] = []
+        server: ForkServer | None = None
         try:
             _say(progress, f"scratch trees of {', '.join(repos)} (the checkouts are only read)")
             made = {
                 name: pool.submit(series_tree, repo, scratch / name / "series")
                 for name, repo in repos.items()
             }
+            if fork_server:
+                server = _start_server(root, python, scratch, forbidden, packages, progress)
             trees = {name: future.result() for name, future in made.items()}
+            runner = _Runner(root, python, server)
             _say(progress, f"running {len(states)} states, {jobs} at a time")
-            futures = [pool.submit(_run_state, root, python, s, scratch, trees) for s in states]
+
+            def one(index: int, state: _State) -> None:
+                own = dict(trees)
+                if state.patch is not None:
+                    dest = scratch / state.upstream / f"without-{state.patch.path.stem}"
+                    own[state.upstream] = left_out_tree(trees[state.upstream], state.patch, dest)
+                report = scratch / "reports" / f"{index}.txt"
+                report.parent.mkdir(exist_ok=True)
+                runner.run(state, state_env(own, packages, forbidden, report), report)
+                _say(
+                    progress, f"{state.label}: {state.seconds:.1f} s wall, {state.cpu_s:.1f} s CPU"
+                )
+
+            futures = [pool.submit(one, i, s) for i, s in enumerate(states)]
             for future in futures:
                 future.result()
         except BaseException:
             for future in futures:
                 future.cancel()
+            if server is not None:
+                server.kill()
             kill_children()
             raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+            if server is not None:
+                server.close()
+
+
+def _socket_path(scratch: Path) -> Path:
+    """The server's socket: in the scratch directory unless that path is too long for a Unix
+    socket (108 bytes), then in a private directory under /tmp (removed with the server)."""
+    path = scratch / "forkserver.sock"
+    if len(os.fsencode(path)) < 100:
+        return path
+    return Path(tempfile.mkdtemp(prefix="ptv-", dir="/tmp")) / "s"
+
+
+def _start_server(
+    root: Path,
+    python: Path,
+    scratch: Path,
+    forbidden: list[Path],
+    packages: dict[str, list[str]],
+    progress: bool,
+) -> ForkServer:
+    names = verify_preload(root)
+    project = [root / p.name for p in root.iterdir() if p.name not in (".venv", ".git")]
+    roots = [*forbidden, *project]
+    all_packages = sorted({p for names_ in packages.values() for p in names_})
+    server = ForkServer(python, _socket_path(scratch), names, roots, all_packages)
+    ready = server.ready
+    _say(
+        progress,
+        f"fork server: {ready['ready']['preloaded']} modules preloaded "
+        f"({ready['ready']['cpu_s']} s CPU, once for every state)",
+    )
+    for note in ready.get("notes", []):
+        _say(progress, f"fork server: not preloaded: {note}")
+    return server
 
 
 def verify_upstreams(
-    root: Path, ups: list[Upstream], python: Path, progress: bool, jobs: int | None = None
+    root: Path,
+    ups: list[Upstream],
+    python: Path,
+    progress: bool,
+    jobs: int | None = None,
+    fork_server: bool = True,
 ) -> list[Proof]:
     """Prove each patch of each upstream whose checkout is present and applied."""
     plans = [plan_upstream(root, up) for up in ups]
-    # The series states of all upstreams are one state (every series applied): one process.
-    series = [plan.states[0] for plan in plans if plan.states]
-    shared = _State("", Path(), [n for state in series for n in state.nodes])
-    lefts = [state for plan in plans for state in plan.states[1:]]
-    run_states(
-        root, python, [shared, *lefts] if series else [], jobs or os.cpu_count() or 1, progress
+    pairs = [pair for plan in plans for pair in plan.states]
+    # The pool takes states in this order: the longest first, as far as it can be told
+    # before running (more Test: nodes, then left-out states, whose tests fail slowly).
+    states = sorted(
+        (state for pair in pairs for state in pair),
+        key=lambda s: (-len(s.nodes), s.patch is None),
     )
-    for state in series:
-        state.outcomes = shared.outcomes
+    run_states(root, python, states, jobs or os.cpu_count() or 1, progress, fork_server)
     proofs: list[Proof] = []
     for plan in plans:
         proofs += plan.proofs
-        if not plan.states:
-            continue
-        with_all, *without = plan.states
-        for (proof, _), state in zip(plan.testable, without, strict=True):
+        for (proof, _), (with_all, without) in zip(plan.testable, plan.states, strict=True):
             proof.with_patch, why_with = _combine(with_all.outcomes, proof.tests)
             proof.without_patch, why_without = _combine(
-                state.outcomes, proof.tests, want_each=FAILED
+                without.outcomes, proof.tests, want_each=FAILED
             )
             proof.verdict, proof.detail = _verdict(proof, why_with, why_without)
     return proofs
@@ -459,6 +636,9 @@ def _combine(outcomes: Outcomes, nodes: list[str], want_each: str = PASSED) -> t
     """Fold node outcomes: with-patch every node must pass; without, every node must fail."""
     results = [outcomes.of(node) for node in nodes]
     for outcome, detail in results:
+        if outcome == INVALID:
+            return INVALID, detail
+    for outcome, detail in results:
         if outcome == SKIPPED:
             return SKIPPED, detail
     if want_each == FAILED:
@@ -473,6 +653,10 @@ def _combine(outcomes: Outcomes, nodes: list[str], want_each: str = PASSED) -> t
 
 
 def _verdict(proof: Proof, why_with: str, why_without: str) -> tuple[str, str]:
+    if proof.with_patch == INVALID:
+        return "NOT PROVEN", f"the series state is invalid: {why_with}"
+    if proof.without_patch == INVALID:
+        return "NOT PROVEN", f"the left-out state is invalid: {why_without}"
     if proof.with_patch == SKIPPED or proof.without_patch == SKIPPED:
         return NOT_VERIFIED, f"skipped: {why_with or why_without}"
     if proof.with_patch != PASSED:
