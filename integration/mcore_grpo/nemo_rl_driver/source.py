@@ -13,6 +13,8 @@ import os
 import sys
 from pathlib import Path
 
+from mcore_grpo.nemo_rl_driver.automodel_compat import prepare_automodel
+
 SOURCE_ENV = "MCORE_GRPO_NEMO_RL_SOURCE"
 # integration/mcore_grpo/nemo_rl_driver/source.py -> the repository root.
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -38,7 +40,8 @@ def ensure_on_path() -> Path:
 
     Appended, not prepended: NeMo-RL's top-level ``tests`` package must not shadow this
     project's. Also sets ``RAY_ENABLE_UV_RUN_RUNTIME_ENV=0`` before ray is imported (see
-    `mcore_grpo.grpo.runner`: actors run this interpreter, not a nested ``uv run``).
+    `mcore_grpo.grpo.runner`: actors run this interpreter, not a nested ``uv run``), and imports
+    nemo_automodel's LoRA kernel module the way triton 3.9 allows (`automodel_compat`).
     """
     root = source_root()
     if not is_available():
@@ -50,6 +53,7 @@ def ensure_on_path() -> Path:
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     if str(root) not in sys.path:
         sys.path.append(str(root))
+    prepare_automodel()
     return root
 
 

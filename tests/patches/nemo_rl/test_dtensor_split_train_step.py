@@ -37,8 +37,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcore_grpo.nemo_rl_driver.automodel_compat import automodel_installed
 
-from tests.patches.nemo_rl.automodel_imports import MISSING_REASON, automodel_installed
+from tests.patches.nemo_rl.automodel_imports import MISSING_REASON
 from tests.support.ports import free_port
 from tests.support.python_process import python_c
 
