@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from mcore_grpo.nemo_rl_driver.automodel_compat import LORA_KERNEL_MODULE, automodel_installed
 
 pytestmark = pytest.mark.skipif(

@@ -21,6 +21,7 @@ from tools.patchtool.core.forkserver import (
     ForkServerError,
     guard_violations,
 )
+from tools.patchtool.core.tripwire import verify_preload
 
 
 def _module(name: str, file: str | None) -> types.ModuleType:
@@ -135,3 +136,18 @@ def test_preloading_an_upstream_package_is_refused(tmp_path: Path) -> None:
     `json`, named as one) is refused and the server does not start."""
     with pytest.raises(ForkServerError, match="before it was ready"):
         ForkServer(Path(sys.executable), tmp_path / "s.sock", ["json"], [], ["json"])
+
+
+@pytest.mark.slow
+def test_the_projects_preload_leaves_the_server_able_to_fork(tmp_path: Path) -> None:
+    """The server forks only while single-threaded; a preloaded module that starts a thread
+    at import (pyarrow's jemalloc purge thread, once datasets was installed) made every verify
+    state fail with "refused to fork". The real list, the real environment."""
+    root = Path(__file__).resolve().parents[3]
+    srv = ForkServer(Path(sys.executable), tmp_path / "s.sock", verify_preload(root), [], [])
+    try:
+        child = srv.spawn(["-c", "print('forked')"], dict(os.environ), tmp_path)
+        out, err = child.communicate(timeout=300)
+    finally:
+        srv.close()
+    assert child.returncode == 0 and out == "forked\n", err[-2000:]

@@ -478,7 +478,14 @@ class ForkServer:
         self.sock_path = sock_path
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         # One thread per process (4 processes share 2 cores), and no pools before the fork.
-        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+        # pyarrow (imported by transformers' integrations where datasets is installed) starts
+        # its bundled jemalloc's background purge thread at import unless told not to.
+        env.update(
+            OMP_NUM_THREADS="1",
+            MKL_NUM_THREADS="1",
+            PYTHONDONTWRITEBYTECODE="1",
+            JE_ARROW_MALLOC_CONF="background_thread:false",
+        )
         cmd = [str(python), "-P", str(Path(__file__).resolve()), str(sock_path)]
         cmd += ["--forbidden", *[str(r) for r in forbidden], "--packages", *packages]
         cmd += ["--preload", *preload_names]
