@@ -103,6 +103,18 @@ def check_device(config: RunConfig, preset: str) -> None:
         )
 
 
+def _log_run(args: argparse.Namespace, config: RunConfig, output_dir: Path) -> None:
+    """The run's one-line header, the same for both drivers."""
+    log.info(
+        "mcore-grpo: preset %s, %d worker(s), %d steps x %d samples -> %s",
+        args.preset,
+        args.workers,
+        config.grpo.max_num_steps,
+        config.samples_per_step,
+        output_dir,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `mcore-grpo` console script; returns the exit status."""
     args = build_parser().parse_args(argv)
@@ -132,14 +144,7 @@ def main(argv: list[str] | None = None) -> int:
 
     log.info("mcore-grpo: driver mcore (mcore_grpo.grpo.loop.GRPOLoop)")
     start = time.perf_counter()
-    log.info(
-        "mcore-grpo: preset %s, %d worker(s), %d steps x %d samples -> %s",
-        args.preset,
-        args.workers,
-        config.grpo.max_num_steps,
-        config.samples_per_step,
-        output_dir,
-    )
+    _log_run(args, config, output_dir)
     # The worker logs the backend that actually runs (it falls back to recompute where the
     # KV cache cannot run, e.g. sequence parallelism); this is the one the config asks for.
     log.info("mcore-grpo: generation backend %s", sampling_params(config, tokens).backend)
@@ -191,14 +196,7 @@ def run_nemo_rl_driver(args: argparse.Namespace, config: RunConfig, output_dir: 
         flag = "--in-process" if args.in_process else "--resume"
         print(f"mcore-grpo: {flag} is not supported with --driver nemo-rl", file=sys.stderr)
         return 2
-    log.info(
-        "mcore-grpo: preset %s, %d worker(s), %d steps x %d samples -> %s",
-        args.preset,
-        args.workers,
-        config.grpo.max_num_steps,
-        config.samples_per_step,
-        output_dir,
-    )
+    _log_run(args, config, output_dir)
     try:
         result = driver.run(config, args.workers, output_dir)
     except NemoRLUnavailable as err:
