@@ -17,6 +17,7 @@ import sys
 
 from .command import Command
 from .errors import ExitCode, PatchToolError
+from .interrupts import interrupt_on_signals
 
 # command name -> (module in patchtool.commands, its Command attribute), in --help order.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -83,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv).parse_args(argv)
     try:
+        interrupt_on_signals()
         _use_mirror(args)
         return int(args.run(args))
     except PatchToolError as exc:

@@ -499,7 +499,11 @@ class ForkServer:
             start_new_session=True,
         )
         assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
+        try:
+            line = self.proc.stdout.readline()
+        except BaseException:  # interrupted while it preloads: it would finish that first
+            self.kill()
+            raise
         if not line:
             self.proc.wait()
             raise ForkServerError(

@@ -39,13 +39,13 @@ import threading
 import time
 import tomllib
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import GitError, PatchToolError
+from ..interrupts import signals_interrupt
 from ..rebase.engine import TripwireHook
 from ..source.detect import MISSING, STANDIN, Source, detect_source
 from ..source.proxy import check_series, proxy_name
@@ -347,25 +347,6 @@ def plan_upstream(root: Path, up: Upstream) -> _Plan:
     return _Plan(proofs, testable, states)
 
 
-@contextmanager
-def _signals_interrupt() -> Iterator[None]:
-    """SIGTERM and SIGHUP (a CI or scheduler timeout, a closed terminal) interrupt like Ctrl-C,
-    so the cleanup below runs: children killed, scratch trees removed."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    saved = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
-
-
 def state_env(
     trees: dict[str, Path],
     packages: dict[str, list[str]],
@@ -457,7 +438,7 @@ def run_states(
     if not states:
         return
     jobs = max(1, jobs)
-    with _signals_interrupt(), tempfile.TemporaryDirectory(prefix="patchtool-verify-") as tmp:
+    with signals_interrupt(), tempfile.TemporaryDirectory(prefix="patchtool-verify-") as tmp:
         scratch = Path(tmp)
         repos = {s.upstream: s.repo for s in states}
         packages = {s.upstream: s.packages for s in states}
