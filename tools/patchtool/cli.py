@@ -15,7 +15,8 @@ import importlib
 import os
 import sys
 
-from .command import Command
+from .command import Command, root_of
+from .command_lock import command_lock
 from .errors import ExitCode, PatchToolError
 from .interrupts import interrupt_on_signals
 
@@ -86,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         interrupt_on_signals()
         _use_mirror(args)
-        return int(args.run(args))
+        reading = bool(getattr(args, "check", False) or getattr(args, "dry_run", False))
+        with command_lock(root_of(args), args.command, reading):
+            return int(args.run(args))
     except PatchToolError as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return exc.exit_code
@@ -99,7 +102,6 @@ def _use_mirror(args: argparse.Namespace) -> None:
     """Activate the mirror directory of this run, if one is given (flag or environment)."""
     if not (getattr(args, "mirror_dir", None) or os.environ.get("PATCHTOOL_MIRROR_DIR")):
         return  # apply's startup time: nothing more is imported without a mirror
-    from .command import root_of
     from .core.manifest import load_manifest
     from .source.mirror import mirror_dir, use_mirror
 

@@ -249,6 +249,13 @@ def run_am(repo: Path, up: Upstream, series_dir: Path, series: Series, pin: str)
             git(["am", *_AM_OPTS, *files], repo, env=env)
         except GitError as exc:
             done = int(git_text(["rev-list", "--count", f"{pin}..HEAD"], repo))
+            if done >= len(series):  # every patch committed, then git failed (a full disk)
+                why = [ln for ln in exc.stderr.splitlines() if ln.startswith(("error:", "fatal:"))]
+                raise PatchToolError(
+                    f"{up.name}: git am failed after the last patch: "
+                    f"{why[-1] if why else 'exit ' + str(exc.returncode)}; checkout restored; "
+                    "fix the cause (disk space?) and re-run apply"
+                ) from exc
             entry, patch = series[done]
             detail = _failure_detail(exc.stderr, patch, entry, up)
             raise PatchToolError(

@@ -1,0 +1,77 @@
+"""A failing git during apply (a full disk, a write refused) leaves every checkout as it was:
+HEAD, branches, refs, index, worktree, no `git am` in progress."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.tools import faulty_git
+from tests.tools.sandbox import REPO_ROOT, Sandbox, lines, run
+
+TOOL = [sys.executable, str(REPO_ROOT / "tools" / "patches")]
+
+
+def _state(checkout: Path) -> dict[str, str]:
+    """Everything apply promises to restore."""
+    return {
+        "head": run(checkout, "rev-parse", "HEAD"),
+        "symbolic": run(checkout, "rev-parse", "--symbolic-full-name", "HEAD"),
+        "refs": run(checkout, "for-each-ref", "--format=%(refname) %(objectname)"),
+        "status": run(checkout, "status", "--porcelain", "--ignored"),
+        "am": str(
+            (Path(run(checkout, "rev-parse", "--absolute-git-dir")) / "rebase-apply").exists()
+        ),
+    }
+
+
+@pytest.mark.parametrize("mode", ["enospc_after_am", "fsize_am"])
+def test_failing_git_during_apply_leaves_every_checkout_as_it_was(
+    sandbox: Sandbox, tmp_path: Path, mode: str
+) -> None:
+    """Two upstreams: `Up` applies, then git fails while applying `Dn`'s series (large enough
+    that a 1 KiB file-size limit refuses git's writes). `Dn` is exactly as before the run;
+    `Up` is applied whole (each checkout is atomic on its own); a re-run with a healthy git
+    finishes the job."""
+    big = lines(400, "value")
+    states = {}
+    for name in ("Up", "Dn"):
+        repo, pin = sandbox.upstream(name, {"mod.py": big})
+        changed = big.replace("value 7\n", "fixed 7\n").replace("value 300\n", "fixed 300\n")
+        patch = sandbox.make_patch(repo, pin, {"mod.py": changed, "new.py": lines(200)}, "Fix")
+        sandbox.add(name, str(repo), pin)
+        sandbox.set_series(name, {"fix.patch": patch})
+    sandbox.commit()
+    for name in ("Up", "Dn"):
+        states[name] = _state(sandbox.root / f"3rdparty/{name}")
+    env = dict(os.environ, **faulty_git.install(tmp_path / "bin", mode), FAULTY_GIT_ONLY="/Dn")
+    proc = subprocess.run(
+        [*TOOL, "--root", str(sandbox.root), "apply"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "checkout restored" in proc.stderr
+    why = {"enospc_after_am": "No space left on device", "fsize_am": "died of signal 25"}
+    assert why[mode] in proc.stderr  # git's own failure reaches the user (25: SIGXFSZ)
+    dn = sandbox.root / "3rdparty/Dn"
+    assert _state(dn) == states["Dn"]
+    up = sandbox.root / "3rdparty/Up"
+    assert "fixed 300\n" in (up / "mod.py").read_text() and (up / "new.py").exists()
+    assert run(up, "status", "--porcelain") == ""
+    healthy = subprocess.run(
+        [*TOOL, "--root", str(sandbox.root), "apply"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert healthy.returncode == 0, healthy.stderr
+    assert "fixed 300\n" in (dn / "mod.py").read_text()

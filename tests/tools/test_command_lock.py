@@ -1,0 +1,131 @@
+"""Two tools/patches commands on one checkout: the second refuses, never interleaves; a
+crashed holder (SIGKILL) leaves no stuck lock."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.tools import faulty_git
+from tests.tools.sandbox import REPO_ROOT, Sandbox, run
+from tools.patchtool.command_lock import command_lock, lock_path
+from tools.patchtool.errors import PatchToolError
+
+TOOL = [sys.executable, str(REPO_ROOT / "tools" / "patches")]
+
+
+def _superproject(sandbox: Sandbox) -> tuple[Path, str]:
+    repo, pin = sandbox.upstream("Up", {"mod.py": "VALUE = 1\n"})
+    patch = sandbox.make_patch(repo, pin, {"mod.py": "VALUE = 2\n"}, "Fix")
+    sandbox.add("Up", str(repo), pin)
+    sandbox.set_series("Up", {"fix.patch": patch})
+    sandbox.commit()
+    return sandbox.root / "3rdparty/Up", pin
+
+
+def _start(root: Path, *args: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*TOOL, "--root", str(root), *args],
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+
+
+def _wait_for_holder(root: Path, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 60
+    lock = lock_path(root)
+    while time.monotonic() < deadline and proc.poll() is None:
+        if lock.exists() and lock.read_text().startswith("apply, pid"):
+            return
+        time.sleep(0.05)
+    pytest.fail(f"the first apply never took the lock: {proc.communicate()}")
+
+
+@pytest.mark.parametrize("second", ["apply", "reset", "verify"])
+def test_second_command_refuses_while_an_apply_runs(
+    sandbox: Sandbox, tmp_path: Path, second: str
+) -> None:
+    checkout, _ = _superproject(sandbox)
+    env = dict(os.environ, **faulty_git.install(tmp_path / "bin", "slow_am"), FAULTY_GIT_SLEEP="3")
+    first = _start(sandbox.root, "apply", env=env)
+    _wait_for_holder(sandbox.root, first)
+    other = subprocess.run(
+        [
+            *TOOL,
+            "--root",
+            str(sandbox.root),
+            second,
+            *(["--python", sys.executable] if second == "verify" else []),
+        ],
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert other.returncode == 1
+    line = other.stderr.strip().splitlines()[-1]
+    assert "another tools/patches command is running on this checkout (apply, pid" in line
+    assert f"re-run {second}" in line
+    _out, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err
+    assert (checkout / "mod.py").read_text() == "VALUE = 2\n"  # the first apply, whole
+    assert run(checkout, "status", "--porcelain") == ""
+
+
+def test_a_sigkilled_holder_leaves_no_stuck_lock(sandbox: Sandbox, tmp_path: Path) -> None:
+    checkout, pin = _superproject(sandbox)
+    env = dict(os.environ, **faulty_git.install(tmp_path / "bin", "slow_am"), FAULTY_GIT_SLEEP="30")
+    first = _start(sandbox.root, "apply", env=env)
+    _wait_for_holder(sandbox.root, first)
+    os.killpg(first.pid, signal.SIGKILL)  # the run and its git, as the OOM killer would
+    first.communicate()
+    assert run(checkout, "rev-parse", "HEAD") == pin  # killed before git am began
+    again = subprocess.run(
+        [*TOOL, "--root", str(sandbox.root), "apply"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert again.returncode == 0, again.stderr
+    assert (checkout / "mod.py").read_text() == "VALUE = 2\n"
+
+
+def test_readers_share_and_exclude_writers(tmp_path: Path) -> None:
+    """In one process: two readers (verify, export --check) at once; a writer refused beside
+    them; the holder's name in the message."""
+    (tmp_path / ".git").mkdir()
+    with (
+        command_lock(tmp_path, "verify"),
+        command_lock(tmp_path, "export", reading=True),
+        pytest.raises(PatchToolError, match=r"a verify; lock .*re-run apply"),
+        command_lock(tmp_path, "apply"),
+    ):
+        pass
+    with (
+        command_lock(tmp_path, "apply"),
+        command_lock(tmp_path, "status"),  # read-only commands take no lock
+        pytest.raises(PatchToolError, match=r"\(apply, pid \d+"),
+        command_lock(tmp_path, "verify"),
+    ):
+        pass
+
+
+def test_lock_lives_in_a_worktrees_own_git_dir(sandbox: Sandbox, tmp_path: Path) -> None:
+    (tmp_path / "main").mkdir()
+    run(tmp_path / "main", "init", "-q", "-b", "main")
+    run(tmp_path / "main", "commit", "-q", "--allow-empty", "-m", "x")
+    run(tmp_path / "main", "worktree", "add", "-q", str(tmp_path / "wt"))
+    assert lock_path(tmp_path / "wt").parent == Path(
+        run(tmp_path / "wt", "rev-parse", "--absolute-git-dir")
+    )
