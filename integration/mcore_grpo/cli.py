@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -34,6 +35,19 @@ log = logging.getLogger("mcore_grpo")
 INJECT_FAILURE_ENV = "MCORE_GRPO_INJECT_FAILURE"
 
 DRIVERS = ("mcore", "nemo-rl")
+INTERRUPTED = 130
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+def interrupt_on_signals() -> None:
+    """SIGINT, SIGTERM and SIGHUP unwind the run (workers shut down, exit 130). SIGINT too:
+    a run started as a shell's background job inherits it ignored, and a scheduler's SIGTERM
+    would otherwise end the driver without stopping its Ray workers."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
 
 
 def injected_failure() -> tuple[int | None, int | None]:
@@ -118,6 +132,7 @@ def _log_run(args: argparse.Namespace, config: RunConfig, output_dir: Path) -> N
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `mcore-grpo` console script; returns the exit status."""
     args = build_parser().parse_args(argv)
+    interrupt_on_signals()
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
     try:
         config = load_config(args.preset, args.config, args.overrides)
@@ -159,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             fail_at_rank=fail_rank,
             fail_at_step=fail_step,
         )
+        interrupt_on_signals()  # again: ray.init installs a handler that aborts on SIGTERM
         loop = GRPOLoop(config, task, runner, output_dir)
         result = loop.run(resume=args.resume, progress=not args.no_progress)
     except (ConfigError, CheckpointError, ValueError) as err:
@@ -167,6 +183,13 @@ def main(argv: list[str] | None = None) -> int:
     except WorkerFailed as err:
         print(f"mcore-grpo: run aborted: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt as err:
+        print(
+            f"mcore-grpo: interrupted ({err or 'SIGINT'}); continue from the last complete "
+            f"checkpoint with --output-dir {output_dir} --resume",
+            file=sys.stderr,
+        )
+        return INTERRUPTED
     finally:
         if runner is not None:
             runner.shutdown()

@@ -3,15 +3,21 @@
 Layout under ``<output_dir>/checkpoints/``::
 
     step_000040/            one finished checkpoint
-        meta.json           step, model signature, world size, the resolved run config
+        meta.json           step, model signature, world size, the resolved run config and
+                            the manifest: every file's size and sha256 (written last)
         rank_00000.pt ...   each worker's model weights + its optimizer shard state
         reference.pt        the reference policy's weights (written by rank 0)
     latest                  the name of the newest finished checkpoint
 
 A checkpoint is written into ``step_000040.tmp-<id>/`` and renamed into place only after
 every rank's file and meta.json are complete and fsynced; ``latest`` is replaced atomically
-after that. A run that dies while saving leaves a ``.tmp-*`` directory that resume ignores
-(and the next save removes), never a half-written checkpoint.
+after that, then checkpoints beyond the newest `keep_top_k` are removed. A run that dies while
+saving leaves a ``.tmp-*`` directory that resume ignores (and the next save removes), never a
+half-written checkpoint.
+
+Resume takes the newest checkpoint (at most the step ``latest`` names) whose files match the
+manifest; one that does not (a truncated or corrupt file, a missing meta.json) is refused with
+one line naming the file, and the one before it is tried.
 
 Resume refuses a checkpoint whose model signature (model name, tiny-model dimensions,
 vocabulary, tensor/pipeline parallel sizes, parameter shapes) or worker count differs from
@@ -20,19 +26,23 @@ the current run, naming each differing key.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
+import re
 import shutil
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: meta.json carries the manifest (file sizes and sha256)
 LATEST = "latest"
+_STEP_DIR = re.compile(r"step_(\d{6,})")
 
 
 class CheckpointError(RuntimeError):
@@ -93,22 +103,26 @@ def begin_save(output_dir: Path, step: int) -> Path:
     return tmp
 
 
-def save_rank_state(tmp_dir: Path, rank: int, state: Mapping[str, Any]) -> Path:
-    """One rank's file (called inside each worker), fsynced before returning."""
+def save_rank_state(tmp_dir: Path, rank: int, state: Mapping[str, Any]) -> dict[str, Any]:
+    """One rank's file (called inside each worker), fsynced; its manifest entry."""
     return _save(tmp_dir / f"rank_{rank:05d}.pt", state)
 
 
-def save_reference(tmp_dir: Path, weights: Mapping[str, torch.Tensor]) -> Path:
+def save_reference(tmp_dir: Path, weights: Mapping[str, torch.Tensor]) -> dict[str, Any]:
     """The reference policy weights (rank 0 only; identical on every DP rank)."""
     return _save(tmp_dir / "reference.pt", weights)
 
 
-def _save(path: Path, obj: Mapping[str, Any]) -> Path:
+def _save(path: Path, obj: Mapping[str, Any]) -> dict[str, Any]:
+    """Serialise once, hash those bytes, write and fsync them: the manifest entry."""
+    buffer = io.BytesIO()
+    torch.save(dict(obj), buffer)
+    data = buffer.getbuffer()
     with path.open("wb") as f:
-        torch.save(dict(obj), f)
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
-    return path
+    return {"name": path.name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
 def finish_save(
@@ -117,13 +131,18 @@ def finish_save(
     world_size: int,
     signature: Mapping[str, Any],
     config: Mapping[str, Any],
+    files: Sequence[Mapping[str, Any]],
+    keep: int | None = None,
 ) -> Path:
-    """Check every rank wrote its file, write meta.json, rename into place, point `latest`."""
-    missing = [r for r in range(world_size) if not (tmp_dir / f"rank_{r:05d}.pt").is_file()]
-    if missing or not (tmp_dir / "reference.pt").is_file():
+    """Check every rank wrote its file, write meta.json (with the manifest `files`), rename
+    into place, point `latest`, keep the newest `keep` checkpoints."""
+    names = {f["name"] for f in files}
+    wanted = [f"rank_{r:05d}.pt" for r in range(world_size)] + ["reference.pt"]
+    missing = [n for n in wanted if n not in names or not (tmp_dir / n).is_file()]
+    if missing:
         raise CheckpointError(
-            f"{tmp_dir}: ranks {missing} (or reference.pt) did not write their state; the "
-            "checkpoint is incomplete and was not published"
+            f"{tmp_dir}: {', '.join(missing)} not written; the checkpoint is incomplete and "
+            "was not published"
         )
     meta = {
         "format_version": FORMAT_VERSION,
@@ -131,6 +150,7 @@ def finish_save(
         "world_size": world_size,
         "model_signature": dict(signature),
         "config": dict(config),
+        "files": sorted((dict(f) for f in files), key=lambda f: f["name"]),
     }
     _write_atomic(tmp_dir / "meta.json", json.dumps(meta, indent=1).encode())
     _fsync_dir(tmp_dir)
@@ -140,7 +160,57 @@ def finish_save(
     os.rename(tmp_dir, final)
     _write_atomic(tmp_dir.parent / LATEST, final.name.encode())
     _fsync_dir(tmp_dir.parent)
+    if keep is not None:
+        prune(tmp_dir.parent, step, keep)
     return final
+
+
+def finished_steps(root: Path) -> list[tuple[int, Path]]:
+    """(step, directory) of every published checkpoint under `root`, newest first."""
+    found = []
+    for path in root.iterdir() if root.is_dir() else []:
+        match = _STEP_DIR.fullmatch(path.name)
+        if match and path.is_dir():
+            found.append((int(match.group(1)), path))
+    return sorted(found, reverse=True)
+
+
+def prune(root: Path, newest: int, keep: int) -> list[Path]:
+    """Remove checkpoints up to step `newest` beyond the newest `keep`; the removed paths."""
+    older = [path for step, path in finished_steps(root) if step <= newest][keep:]
+    for path in older:
+        shutil.rmtree(path, ignore_errors=True)
+    return older
+
+
+def check_files(path: Path) -> dict[str, Any]:
+    """meta.json of the checkpoint at `path` once every file matches its manifest entry;
+    CheckpointError naming the first file that does not."""
+    meta_file = path / "meta.json"
+    try:
+        meta = json.loads(meta_file.read_text())
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"{meta_file}: unreadable ({type(err).__name__}: {err})") from err
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{meta_file}: format_version {meta.get('format_version')}, this version of "
+            f"mcore-grpo reads {FORMAT_VERSION} (checkpoints with a checksum manifest)"
+        )
+    for entry in meta["files"]:
+        file = path / entry["name"]
+        if not file.is_file():
+            raise CheckpointError(f"{file}: missing")
+        size = file.stat().st_size
+        if size != entry["bytes"]:
+            raise CheckpointError(
+                f"{file}: truncated or overwritten ({size} of {entry['bytes']} bytes)"
+            )
+        digest = hashlib.sha256(file.read_bytes()).hexdigest()
+        if digest != entry["sha256"]:
+            raise CheckpointError(
+                f"{file}: sha256 {digest[:12]} != manifest {entry['sha256'][:12]}"
+            )
+    return meta
 
 
 @dataclass(frozen=True)
@@ -162,27 +232,32 @@ class ResumePoint:
         return self.path / "reference.pt"
 
 
-def find_latest(output_dir: Path) -> ResumePoint:
-    """The checkpoint `latest` names; errors say what is missing."""
+def find_latest(output_dir: Path, refused: Callable[[str], None] | None = None) -> ResumePoint:
+    """The newest complete checkpoint (at most the step `latest` names): each one refused on
+    the way is reported through `refused` (one line naming the file)."""
     root = checkpoints_root(output_dir)
+    steps = finished_steps(root)
+    if not steps:
+        raise CheckpointError(
+            f"--resume: no finished checkpoint under {root}; run without --resume first, or "
+            "pass the --output-dir of a run that saved one"
+        )
     pointer = root / LATEST
-    if not pointer.is_file():
-        raise CheckpointError(
-            f"--resume: no finished checkpoint under {root} (no '{LATEST}' file); run without "
-            "--resume first, or pass the --output-dir of a run that saved one"
-        )
-    path = root / pointer.read_text().strip()
-    meta_file = path / "meta.json"
-    if not meta_file.is_file():
-        raise CheckpointError(f"--resume: {meta_file} is missing; the checkpoint is damaged")
-    meta = json.loads(meta_file.read_text())
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise CheckpointError(
-            f"--resume: {meta_file} has format_version {meta.get('format_version')}, this "
-            f"version of mcore-grpo reads {FORMAT_VERSION}"
-        )
-    return ResumePoint(
-        path=path, step=int(meta["step"]), world_size=int(meta["world_size"]), meta=meta
+    named = _STEP_DIR.fullmatch(pointer.read_text().strip()) if pointer.is_file() else None
+    newest = int(named.group(1)) if named else steps[0][0]
+    for step, path in steps:
+        if step > newest:  # a longer earlier run's, not this run's
+            continue
+        try:
+            meta = check_files(path)
+        except CheckpointError as err:
+            if refused is not None:
+                refused(f"checkpoint refused: {err}")
+            continue
+        return ResumePoint(path=path, step=step, world_size=int(meta["world_size"]), meta=meta)
+    raise CheckpointError(
+        f"--resume: no complete checkpoint under {root} (every one was refused, see above); "
+        "start a new run or a new --output-dir"
     )
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,6 +42,17 @@ from mcore_grpo.grpo.schema import RunConfig, check_data_parallel
 from mcore_grpo.grpo.task import DigitAddTask, Problem
 
 log = logging.getLogger("mcore_grpo")
+
+# Crash injection for the kill/resume tests (tests/integration/grpo/test_crash_resume.py):
+# "step:N" SIGKILLs this process in the middle of step N (after sampling, before training),
+# "save:N" in the middle of the save after step N (rank files written, not yet published).
+# Not a user setting.
+INJECT_KILL_ENV = "MCORE_GRPO_INJECT_KILL"
+
+
+def _injected_kill(point: str, step: int) -> None:
+    if os.environ.get(INJECT_KILL_ENV) == f"{point}:{step}":
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass
@@ -131,6 +144,7 @@ class GRPOLoop:
         gen_start = time.perf_counter()
         responses, gen_logprobs = self._generate(step, problems)
         generation_time = time.perf_counter() - gen_start
+        _injected_kill("step", step)
         sample_problems: list[Problem] = [p for p in problems for _ in range(n)]
 
         rewards = torch.tensor(
@@ -215,14 +229,23 @@ class GRPOLoop:
     def save(self, step: int) -> Path:
         """Atomic checkpoint after `step` (see `mcore_grpo.grpo.checkpoint`)."""
         tmp = checkpoint.begin_save(self.output_dir, step)
-        self.runner.call("save", [(str(tmp),)] * self.runner.world_size)
+        written = self.runner.call("save", [(str(tmp),)] * self.runner.world_size)
+        files = [entry for rank_files in written for entry in rank_files]
+        _injected_kill("save", step)
+        cfg = self.config
         return checkpoint.finish_save(
-            tmp, step, self.runner.world_size, self.signature, self.config.to_dict()
+            tmp,
+            step,
+            self.runner.world_size,
+            self.signature,
+            cfg.to_dict(),
+            files,
+            keep=cfg.checkpointing.keep_top_k,
         )
 
     def resume(self) -> int:
         """Load the latest checkpoint of `output_dir`; returns the step it ended."""
-        point = checkpoint.find_latest(self.output_dir)
+        point = checkpoint.find_latest(self.output_dir, refused=log.warning)
         checkpoint.check_compatible(point, self.signature, self.runner.world_size)
         self.runner.call(
             "load",
@@ -270,7 +293,8 @@ class GRPOLoop:
         finally:
             if bar is not None:
                 bar.close()
-        if self.config.checkpointing.enabled and first <= max_steps:
+        saved_last = period > 0 and max_steps % period == 0  # the loop saved it already
+        if self.config.checkpointing.enabled and first <= max_steps and not saved_last:
             result.checkpoint_path = self.save(max_steps)
         result.records = read_metrics(metrics_path)
         if result.records:

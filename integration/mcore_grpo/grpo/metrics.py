@@ -66,7 +66,10 @@ class MetricsWriter:
         path.parent.mkdir(parents=True, exist_ok=True)
         if truncate_after_step is not None and path.exists():
             # On resume drop records of steps after the checkpoint (they will be redone).
-            kept = [r for r in read_metrics(path) if r["step"] <= truncate_after_step]
+            # A run killed mid-write leaves a torn last line: only a step being redone.
+            kept = [
+                r for r in read_metrics(path, torn_tail=True) if r["step"] <= truncate_after_step
+            ]
             tmp = path.with_suffix(".jsonl.tmp")
             tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
             os.replace(tmp, path)
@@ -84,10 +87,15 @@ class MetricsWriter:
             os.fsync(f.fileno())
 
 
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """All records of a metrics.jsonl file."""
+def read_metrics(path: Path, *, torn_tail: bool = False) -> list[dict[str, Any]]:
+    """All records of a metrics.jsonl file (`torn_tail`: an unterminated last line, a write
+    cut short by a kill, is dropped instead of refused)."""
+    text = path.read_text()
+    lines = text.splitlines()
+    if torn_tail and lines and not text.endswith("\n"):
+        lines = lines[:-1]
     records = []
-    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+    for lineno, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:

@@ -168,8 +168,9 @@ class PolicyRank:
         opt = self.worker.policy.optimizer
         return list(getattr(opt, "chained_optimizers", [opt]))
 
-    def save(self, tmp_dir: str) -> str:
-        """Write this rank's weights and optimizer shard (and, on rank 0, the reference)."""
+    def save(self, tmp_dir: str) -> list[dict[str, Any]]:
+        """Write this rank's weights and optimizer shard (and, on rank 0, the reference);
+        the manifest entries of the files written."""
         from mcore_grpo.grpo import checkpoint
 
         self.worker.prepare_for_lp_inference()  # param sync: every rank's weights current
@@ -177,10 +178,12 @@ class PolicyRank:
             "model": self.worker.policy.gpt.state_dict(),
             "optimizer": [o.optimizer.state_dict() for o in self._inner_optimizers()],
         }
-        path = checkpoint.save_rank_state(Path(tmp_dir), self.rank, state)
+        files = [checkpoint.save_rank_state(Path(tmp_dir), self.rank, state)]
         if self.rank == 0:
-            checkpoint.save_reference(Path(tmp_dir), self.worker.reference.state_dict())
-        return str(path)
+            files.append(
+                checkpoint.save_reference(Path(tmp_dir), self.worker.reference.state_dict())
+            )
+        return files
 
     def load(self, rank_file: str, reference_file: str) -> None:
         """Restore weights, optimizer shard and reference weights from a checkpoint."""

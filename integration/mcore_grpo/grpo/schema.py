@@ -271,10 +271,16 @@ class ClusterSection:
 
 @dataclass
 class CheckpointingSection:
-    """``checkpointing.*``: a checkpoint is written at the end of the run (and every N steps)."""
+    """``checkpointing.*``: a checkpoint every `save_period` steps and at the end of the run;
+    the newest `keep_top_k` are kept (NeMo-RL's key: with no metric it keeps the most recent).
+
+    On by default so that a run killed at any moment (OOM killer, preemption) resumes from at
+    most `save_period` steps back; NeMo-RL's GRPO configs save every 10 steps, keep 3.
+    """
 
     enabled: bool = True
-    save_period: int = 0
+    save_period: int = 10
+    keep_top_k: int = 3
 
 
 @dataclass
@@ -322,6 +328,15 @@ def validate(config: RunConfig) -> None:
             f"grpo.num_prompts_per_step * grpo.num_generations_per_prompt = "
             f"{config.samples_per_step} samples per step is not a multiple of "
             f"policy.train_global_batch_size={p.train_global_batch_size}"
+        )
+    if config.checkpointing.save_period < 0:
+        raise ConfigError(
+            f"checkpointing.save_period={config.checkpointing.save_period}: must be >= 0 "
+            "(0: only at the end of the run)"
+        )
+    if config.checkpointing.keep_top_k < 1:
+        raise ConfigError(
+            f"checkpointing.keep_top_k={config.checkpointing.keep_top_k}: must be >= 1"
         )
     if p.device not in ("cpu", "cuda"):
         raise ConfigError(f"policy.device={p.device!r}: use 'cpu' or 'cuda'")
