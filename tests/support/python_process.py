@@ -5,7 +5,7 @@ verify (`PATCHTOOL_FORKSERVER` set) the child is forked by verify's fork server 
 has torch and the other third-party modules already imported, so each rank skips ~15 s of
 imports; the child is still a process of its own with this process's environment and working
 directory, and imports every upstream module from the tree its state names
-(tools/patchtool/core/forkserver.py checks that).
+(tools/patchtool/verify/forkserver.py checks that).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 
-from tools.patchtool.core.forkserver import SOCKET_VAR, ForkedProcess
+from tools.patchtool.verify.forkserver import SOCKET_VAR, ForkedProcess
 
 
 def python_c(script: str, *args: str) -> subprocess.Popen[str] | ForkedProcess:

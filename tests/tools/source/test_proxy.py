@@ -21,11 +21,11 @@ from tools.patchtool.commands.verify import render_table
 from tools.patchtool.core.apply import apply_upstream
 from tools.patchtool.core.manifest import Standin, Upstream, load_manifest
 from tools.patchtool.core.state import upstream_status
-from tools.patchtool.core.tripwire import PROVEN_ON_PROXY, verify_upstream
 from tools.patchtool.errors import PatchToolError
 from tools.patchtool.source.detect import STANDIN, detect_source
 from tools.patchtool.source.proxy import DIFFERS, IDENTICAL, NOT_VERIFIED
 from tools.patchtool.source.standin import Downloader
+from tools.patchtool.verify.tripwire import PROVEN_ON_PROXY, verify_upstream
 
 SPEC = Standin("sdist", "pkg", "v{version}", "1.0", True, {"pkg/": "src/pkg/"})
 TOOL = [sys.executable, str(REPO_ROOT / "tools" / "patches")]

@@ -12,11 +12,11 @@ from pathlib import Path
 
 from ..command import Command, root_of
 from ..core.manifest import load_manifest
-from ..core.tripwire import tripwire_hook, venv_python
 from ..errors import ExitCode, PatchToolError
 from ..rebase.bases import AUTO, MODES, describe
 from ..rebase.flow import REPORT_DIR, run_rebase
 from ..rebase.report import table
+from ..verify.tripwire import tripwire_hook, venv_python
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:

@@ -1,7 +1,7 @@
 """`tools/patches verify [UPSTREAM...] [--json] [--allow-missing]`: prove each patch's `Test:`
-passes with the series and fails with that patch left out (core/tripwire.py), as a table.
+passes with the series and fails with that patch left out (verify/tripwire.py), as a table.
 Every state runs in a scratch tree of its own, in a process of its own forked by a server that
-imported the third-party modules once (core/forkserver.py), in parallel (`--jobs`, default the
+imported the third-party modules once (verify/forkserver.py), in parallel (`--jobs`, default the
 cores); the checkouts are only read.
 Exit FAILED when a patch is not proven (unless only missing sources and --allow-missing).
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 
 from ..command import Command, root_of
 from ..core.manifest import load_manifest
-from ..core.tripwire import Proof, venv_python, verify_upstreams
 from ..errors import ExitCode
+from ..verify.tripwire import Proof, venv_python, verify_upstreams
 
 
 def render_table(proofs: list[Proof]) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.patchtool.core.forkserver import (
+from tools.patchtool.verify.forkserver import (
     GUARD_EXIT,
     GUARD_VAR,
     REPORT_VAR,
@@ -21,7 +21,7 @@ from tools.patchtool.core.forkserver import (
     ForkServerError,
     guard_violations,
 )
-from tools.patchtool.core.tripwire import verify_preload
+from tools.patchtool.verify.tripwire import verify_preload
 
 
 def _module(name: str, file: str | None) -> types.ModuleType:

@@ -44,17 +44,17 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..core.checkout import checkout_dir, dirty_files
+from ..core.git import git, git_bytes
+from ..core.manifest import Upstream
+from ..core.series import Patch, load_series
+from ..core.state import upstream_status
 from ..errors import GitError, PatchToolError
 from ..interrupts import signals_interrupt
 from ..rebase.engine import TripwireHook
 from ..source.detect import MISSING, STANDIN, Source, detect_source
 from ..source.proxy import check_series, proxy_name
-from .checkout import checkout_dir, dirty_files
 from .forkserver import GUARD_EXIT, GUARD_VAR, REPORT_VAR, ForkServer
-from .git import git, git_bytes
-from .manifest import Upstream
-from .series import Patch, load_series
-from .state import upstream_status
 
 PASSED, FAILED, SKIPPED, NOT_RUN = "passed", "failed", "skipped", "not-run"
 INVALID = "invalid"  # the state did not run on exactly its trees: it proves nothing

@@ -17,7 +17,12 @@ from tools.patchtool.commands.verify import render_table
 from tools.patchtool.core.apply import apply_upstream
 from tools.patchtool.core.manifest import load_manifest
 from tools.patchtool.core.series import parse_patch
-from tools.patchtool.core.tripwire import NOT_RUN, tripwire_hook, verify_upstream, verify_upstreams
+from tools.patchtool.verify.tripwire import (
+    NOT_RUN,
+    tripwire_hook,
+    verify_upstream,
+    verify_upstreams,
+)
 
 # Tripwires read the tree verify names in PATCHTOOL_TREE_UP (tests/support/upstream_tree.py).
 TREE = (

@@ -1,0 +1,1 @@
+"""Tests of tools/patchtool/verify/ (same layout as the package)."""
