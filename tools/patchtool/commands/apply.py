@@ -1,5 +1,5 @@
 """`tools/patches apply`: check out each pin and apply its series on branch `patched`, then
-link each checkout's nested `[tool.uv.sources]` paths to our checkouts (core/nested_wiring.py)."""
+link each checkout's nested `[tool.uv.sources]` paths to our checkouts (source/nested_wiring.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import argparse
 from ..command import Command, root_of
 from ..core.apply import Outcome, apply_upstream, wire_after_apply
 from ..core.manifest import Upstream, load_manifest
-from ..core.nested_wiring import refuse_blocked
 from ..outcomes import configure_common, each, report
+from ..source.nested_wiring import refuse_blocked
 
 
 def _configure_apply(parser: argparse.ArgumentParser) -> None:

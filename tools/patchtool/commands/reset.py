@@ -1,5 +1,5 @@
 """`tools/patches reset`: check out each pinned commit (detached) and remove the nested links
-apply made (core/nested_wiring.py)."""
+apply made (source/nested_wiring.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`tools/patches status [UPSTREAM...] [--json]`: per upstream the pin, the source kind, the
-patches applied and HEAD's state (core/state.py), and its nested wiring (core/nested_wiring.py:
+patches applied and HEAD's state (core/state.py), and its nested wiring (source/nested_wiring.py:
 which of its `[tool.uv.sources]` paths are linked to our checkouts). Reports only: exit OK.
 """
 
@@ -10,9 +10,9 @@ import json
 
 from ..command import Command, root_of
 from ..core.manifest import load_manifest
-from ..core.nested_wiring import link_line, wiring_status
 from ..core.state import upstream_status
 from ..source.detect import MISSING
+from ..source.nested_wiring import link_line, wiring_status
 
 
 def _human(row: dict[str, object]) -> str:

@@ -30,6 +30,7 @@ from ..source.detect import (
     ensure_source,
     url_answers,
 )
+from ..source.nested_wiring import NO_TARGET, unwire_host, wire_host
 from ..source.proxy import ProxyCheck, check_series, proxy_name
 from ..source.standin import Downloader, pip_download
 from .checkout import (
@@ -48,7 +49,6 @@ from .checkout import (
 )
 from .git import branch_commits, export_commits, git, git_text, rev
 from .manifest import Manifest, Upstream
-from .nested_wiring import NO_TARGET, unwire_host, wire_host
 from .paths import patch_path_problems
 from .series import Patch, Series, SeriesEntry, load_series
 

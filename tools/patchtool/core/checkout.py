@@ -10,7 +10,7 @@
 - config `CLONED_FROM_KEY = <url>`: apply cloned the checkout from this mirror (`--mirror-dir`),
   so `status` names it as the source even in a later run without the mirror.
 - config `WIRED_KEY = <nested path>` (one value per link): apply linked this nested path of the
-  checkout to one of our checkouts (core/nested_wiring.py); reset removes exactly these.
+  checkout to one of our checkouts (source/nested_wiring.py); reset removes exactly these.
 - config `WIRED_FETCH_KEY = <previous fetch.recurseSubmodules or "<unset>">`: while a nested
   gitlink is linked, `fetch.recurseSubmodules=false` in the checkout (a fetch recursing into a
   linked submodule path fails); reset puts the previous value back.

@@ -1,4 +1,4 @@
-"""core/nested_wiring.py on a small stack shaped like ours (tests/tools/nested_stack.py).
+"""source/nested_wiring.py on a small stack shaped like ours (tests/tools/nested_stack.py).
 
 Expectations are read independently of the code under test: the uv source paths with tomllib
 from the checkouts' own pyproject files, where they land with os.path.realpath, and HEADs with
@@ -29,7 +29,8 @@ from tests.tools.nested_stack import (
 from tests.tools.repos import run
 from tools.patchtool.core.checkout import dirty_files
 from tools.patchtool.core.manifest import load_manifest
-from tools.patchtool.core.nested_wiring import (
+from tools.patchtool.errors import PatchToolError
+from tools.patchtool.source.nested_wiring import (
     BLOCKED,
     FOREIGN,
     NO_TARGET,
@@ -41,7 +42,6 @@ from tools.patchtool.core.nested_wiring import (
     wire_host,
     wiring_status,
 )
-from tools.patchtool.errors import PatchToolError
 
 
 @pytest.fixture

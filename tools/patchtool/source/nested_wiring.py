@@ -32,10 +32,10 @@ import tomllib
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 
+from ..core.checkout import WIRED_FETCH_KEY, WIRED_KEY, checkout_dir, is_repo, standin_spec
+from ..core.git import git, git_text
+from ..core.manifest import Manifest, Upstream
 from ..errors import PatchToolError
-from .checkout import WIRED_FETCH_KEY, WIRED_KEY, checkout_dir, is_repo, standin_spec
-from .git import git, git_text
-from .manifest import Manifest, Upstream
 
 # The states of one link (its `state` in status --json).
 WIRED = "wired"  # the nested path is a link resolving to our checkout

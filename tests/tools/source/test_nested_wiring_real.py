@@ -1,4 +1,4 @@
-"""core/nested_wiring.py on copies of the real patched checkouts (where NeMo-RL's source is here).
+"""source/nested_wiring.py on copies of the real patched checkouts (where NeMo-RL's source is here).
 
 A temporary superproject holds `git clone --shared` copies of our 3rdparty checkouts at their
 current (patched) HEADs and our manifest; the real 3rdparty is only read. After wiring, the
@@ -22,7 +22,7 @@ import pytest
 
 from tests.tools.repos import run
 from tools.patchtool.core.manifest import MANIFEST_PATH, load_manifest
-from tools.patchtool.core.nested_wiring import wire_host
+from tools.patchtool.source.nested_wiring import wire_host
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 REAL = {
@@ -141,7 +141,7 @@ def test_megatron_bridge_installs_from_our_tree(stack: Path, tmp_path: Path) -> 
             "our 3rdparty/Megatron-Bridge is a wheel-layout release stand-in without "
             "pyproject.toml: nothing can build megatron-bridge from it (a clone of the pin can); "
             "the install through NeMo-RL's path is tested on a clone-shaped Bridge in "
-            "tests/tools/core/test_nested_wiring.py"
+            "tests/tools/source/test_nested_wiring.py"
         )
     venv = _scratch_venv(tmp_path)
     _install(venv, bridge)
