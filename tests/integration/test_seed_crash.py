@@ -10,11 +10,11 @@ import torch
 from mcore_grpo.worker.cpu import cpu_device
 from mcore_grpo.worker.generation import SamplingParams
 from mcore_grpo.worker.model import sync_params
-from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 
 from tests.integration.worker.harness import (
     cpu_cuda_graph_toggle,
     global_batch,
+    make_worker,
     prompts,
     tiny_config,
 )
@@ -22,9 +22,7 @@ from tests.support.device import TEST_DEVICE
 
 
 def test_generation_cudagraphs_then_reference_logprobs_then_train(world1: None) -> None:
-    worker = MegatronPolicyWorker(
-        tiny_config(overlap=True), cuda_graph_toggle=cpu_cuda_graph_toggle
-    )
+    worker = make_worker(tiny_config(overlap=True), cuda_graph_toggle=cpu_cuda_graph_toggle)
     batch = global_batch(rows=4)
     worker.train(batch)  # leaves a pending param all-gather (overlap_param_gather)
 
@@ -48,7 +46,7 @@ def test_generation_cudagraphs_then_reference_logprobs_then_train(world1: None) 
     assert torch.equal(worker.get_logprobs(batch), policy_lp), "policy weights not restored"
 
     # The reference logprobs are the initial model's: compare with a fresh worker.
-    fresh = MegatronPolicyWorker(tiny_config(overlap=True))
+    fresh = make_worker(tiny_config(overlap=True))
     fresh.prepare_for_lp_inference()
     assert torch.allclose(fresh.get_logprobs(batch), ref_lp, atol=1e-6)
 

@@ -361,3 +361,9 @@ class RecordingLossSum:
 def loss_sum_fn(cfg: ClippedPGLossConfig) -> LossSumFn:
     """`loss_sum` bound to `cfg`: what the worker's train step differentiates."""
     return partial(loss_sum, cfg=cfg)
+
+
+def worker_default_loss(config: LossConfig) -> LossSumFn:
+    """The clipped policy-gradient sum without a KL term: the loss of a bare worker (tests,
+    benchmarks), passed to it as `loss_sum_fn` (the worker does not import this package)."""
+    return loss_sum_fn(policy_gradient_only(config))

@@ -79,7 +79,8 @@ class MegatronPolicyWorker:
         generation_engine: SuspendableEngine | None = None,
     ) -> None:
         """`loss_sum_fn`: the training loss (contract: `mcore_grpo.worker.batch.LossSumFn`);
-        None = the clipped policy-gradient sum of `mcore_grpo.grpo.loss` (no KL term).
+        it comes from above (the GRPO loss: `mcore_grpo.grpo.loss.worker_default_loss`); None =
+        no loss yet (set `loss_sum_fn` before training; training without one refuses).
 
         `generation_engine`: an engine that holds device memory between generations (e.g.
         megatron-core's DynamicInferenceEngine on GPU). It is resumed by

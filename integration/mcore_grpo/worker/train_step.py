@@ -18,16 +18,19 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from mcore_grpo.grpo.loss import loss_sum_fn, policy_gradient_only
 from mcore_grpo.worker.batch import Batch, LossSumFn, split_microbatches, valid_count
 from mcore_grpo.worker.config import WorkerConfig
 from mcore_grpo.worker.forward import next_token_logprobs, policy_logits
 from mcore_grpo.worker.model import PolicyModel
 
 
-def default_loss_sum(config: WorkerConfig) -> LossSumFn:
-    """The GRPO clipped policy-gradient sum of `mcore_grpo.grpo.loss`, without a KL term."""
-    return loss_sum_fn(policy_gradient_only(config.loss))
+def no_loss(_logprobs: torch.Tensor, _batch: Batch) -> torch.Tensor:
+    """The loss of a worker built without one: training refuses, naming what to pass."""
+    raise RuntimeError(
+        "MegatronPolicyWorker has no loss: pass loss_sum_fn= when building it (the GRPO "
+        "clipped policy gradient: mcore_grpo.grpo.loss.worker_default_loss(config.loss)) or "
+        "set worker.loss_sum_fn before training"
+    )
 
 
 @dataclass
@@ -53,7 +56,8 @@ class SplitTrainStep:
         self._policy = policy
         self._config = config
         self._open: _OpenStep | None = None
-        self._loss_sum_fn = loss_sum_fn if loss_sum_fn is not None else default_loss_sum(config)
+        # The loss comes from above (the algorithm); the worker never imports it.
+        self._loss_sum_fn = loss_sum_fn if loss_sum_fn is not None else no_loss
 
     @property
     def loss_sum_fn(self) -> LossSumFn:

@@ -10,16 +10,15 @@ from mcore_grpo.worker.batch import loss_mask
 from mcore_grpo.worker.config import LossConfig
 from mcore_grpo.worker.cpu import cpu_device
 from mcore_grpo.worker.forward import next_token_logprobs, policy_logits
-from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 
-from tests.integration.worker.harness import SEQ, global_batch, tiny_config
+from tests.integration.worker.harness import SEQ, global_batch, make_worker, tiny_config
 from tests.support.device import TEST_DEVICE
 
 
 def test_batch_from_get_logprobs_is_on_policy(world1: None) -> None:
     """prev_logprobs = get_logprobs(batch): ratio 1 everywhere, so each valid token's loss is
     -advantage, and one train step reports exactly that mean."""
-    worker = MegatronPolicyWorker(tiny_config(overlap=False))
+    worker = make_worker(tiny_config(overlap=False))
     batch = {k: v for k, v in global_batch(rows=4).items() if k != "prev_logprobs"}
     batch["prev_logprobs"] = worker.get_logprobs(batch)
     assert batch["prev_logprobs"].shape == (4, SEQ)

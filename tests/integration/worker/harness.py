@@ -31,6 +31,12 @@ VOCAB = 64
 SEQ = 10
 
 
+def make_worker(config: WorkerConfig, **kwargs: Any) -> MegatronPolicyWorker:
+    """A worker with the GRPO clipped policy-gradient loss unless `loss_sum_fn` is given."""
+    kwargs.setdefault("loss_sum_fn", grpo_loss.worker_default_loss(config.loss))
+    return MegatronPolicyWorker(config, **kwargs)
+
+
 def tiny_config(
     level: LossLevel = "token",
     overlap: bool = True,

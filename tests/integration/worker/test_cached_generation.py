@@ -21,9 +21,8 @@ from mcore_grpo.worker.generation import (
     generate,
     resolve_backend,
 )
-from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 
-from tests.integration.worker.harness import VOCAB, prompts, tiny_config
+from tests.integration.worker.harness import VOCAB, make_worker, prompts, tiny_config
 
 REAL = VOCAB - 8
 GREEDY = 1e-4  # temperature: softmax of logits / 1e-4 is one-hot on the argmax
@@ -35,7 +34,7 @@ def model(world1: None) -> torch.nn.Module:
         tiny_config(overlap=False),
         model=ModelConfig(vocab_size=REAL, padded_vocab_size_override=VOCAB),
     )
-    worker = MegatronPolicyWorker(cfg)
+    worker = make_worker(cfg)
     worker.prepare_for_generation()
     worker.policy.ddp.eval()
     return worker.policy.ddp
@@ -81,7 +80,7 @@ def rope_model(world1: None) -> torch.nn.Module:
             vocab_size=REAL, padded_vocab_size_override=VOCAB, position_embedding_type="rope"
         ),
     )
-    worker = MegatronPolicyWorker(cfg)
+    worker = make_worker(cfg)
     worker.prepare_for_generation()
     worker.policy.ddp.eval()
     return worker.policy.ddp

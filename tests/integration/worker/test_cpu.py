@@ -99,12 +99,16 @@ def test_megatron_ddp_distributed_optimizer_adam_on_cpu(world1: None) -> None:
     gradient and is compared elementwise; 1e-6 parity with adam_eps=1 is in
     test_train_step.py."""
     from mcore_grpo.worker.model import sync_params
-    from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 
-    from tests.integration.worker.harness import global_batch, reference_step, tiny_config
+    from tests.integration.worker.harness import (
+        global_batch,
+        make_worker,
+        reference_step,
+        tiny_config,
+    )
 
     steps = 5
-    worker = MegatronPolicyWorker(tiny_config(overlap=True, eps=1e-8))
+    worker = make_worker(tiny_config(overlap=True, eps=1e-8))
     o = worker.config.optimizer
     batch = global_batch(rows=4)
     initial = {k: v.clone() for k, v in worker.reference.state_dict().items()}

@@ -11,7 +11,6 @@ import pytest
 import torch
 from mcore_grpo.worker.engine_lifecycle import EngineState
 from mcore_grpo.worker.generation import SamplingParams
-from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 
 from tests.integration.worker.engine_ranks import (
     SLOW_S,
@@ -22,7 +21,7 @@ from tests.integration.worker.engine_ranks import (
     suspend_while_peer_steps,
     synchronized_resume,
 )
-from tests.integration.worker.harness import prompts, spawn2, tiny_config
+from tests.integration.worker.harness import make_worker, prompts, spawn2, tiny_config
 from tests.support.device import MULTI_RANK_CPU
 from tests.support.ports import free_port
 
@@ -69,7 +68,7 @@ def test_a_failed_resume_raises_on_every_rank_and_leaves_all_suspended() -> None
 
 def test_worker_resumes_for_generation_and_suspends_on_leaving_it(world1: None) -> None:
     engine = StandInEngine()  # running, as megatron-core's engine starts
-    worker = MegatronPolicyWorker(tiny_config(overlap=False), generation_engine=engine)
+    worker = make_worker(tiny_config(overlap=False), generation_engine=engine)
     lifecycle = worker.engine_lifecycle
     # The worker starts in training: the engine's memory is freed at construction.
     assert lifecycle is not None and lifecycle.state is EngineState.SUSPENDED
@@ -90,7 +89,7 @@ def test_worker_resumes_for_generation_and_suspends_on_leaving_it(world1: None) 
 
 def test_worker_generate_refuses_while_the_engine_is_suspended(world1: None) -> None:
     engine = StandInEngine()
-    worker = MegatronPolicyWorker(tiny_config(overlap=False), generation_engine=engine)
+    worker = make_worker(tiny_config(overlap=False), generation_engine=engine)
     worker.prepare_for_generation()
     lifecycle = worker.engine_lifecycle
     assert lifecycle is not None

@@ -15,7 +15,7 @@ from mcore_grpo.worker.generation import SamplingParams
 from mcore_grpo.worker.model import sync_params
 from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 
-from tests.integration.worker.harness import VOCAB, global_batch, prompts, tiny_config
+from tests.integration.worker.harness import VOCAB, global_batch, make_worker, prompts, tiny_config
 from tests.support.device import TEST_DEVICE
 
 REAL = VOCAB - 8
@@ -38,7 +38,7 @@ def worker(world1: None) -> MegatronPolicyWorker:
         tiny_config(overlap=False),
         model=ModelConfig(vocab_size=VOCAB - 8, padded_vocab_size_override=VOCAB),
     )
-    w = MegatronPolicyWorker(cfg)
+    w = make_worker(cfg)
     gpt = w.policy.gpt
     assert isinstance(gpt, GPTModel)
     weight = gpt.output_layer.weight  # None only with a weight supplied at call time
@@ -125,7 +125,7 @@ def test_training_never_moves_padded_vocab_rows(world1: None) -> None:
         tiny_config(overlap=False),
         model=ModelConfig(vocab_size=REAL, padded_vocab_size_override=VOCAB),
     )
-    w = MegatronPolicyWorker(cfg)
+    w = make_worker(cfg)
     gpt = w.policy.gpt
     assert isinstance(gpt, GPTModel)
     weight = gpt.output_layer.weight
@@ -150,7 +150,7 @@ def test_logprob_and_training_forwards_score_at_the_sampling_temperature(world1:
         model=ModelConfig(vocab_size=REAL, padded_vocab_size_override=VOCAB),
         temperature=0.5,
     )
-    w = MegatronPolicyWorker(cfg)
+    w = make_worker(cfg)
     w.prepare_for_generation()
     ids, mask = prompts(rows=4, length=5, vocab=REAL)
     with pytest.raises(ValueError, match=r"SamplingParams.temperature=1.0 but WorkerConfig"):

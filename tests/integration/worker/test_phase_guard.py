@@ -12,7 +12,7 @@ from mcore_grpo.worker.generation import SamplingParams
 from mcore_grpo.worker.phase_guard import Phase, PhaseGuard
 from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 
-from tests.integration.worker.harness import global_batch, prompts, tiny_config
+from tests.integration.worker.harness import global_batch, make_worker, prompts, tiny_config
 
 T, LP, GEN, OFF = Phase.TRAINING, Phase.LOGPROB_INFERENCE, Phase.GENERATION, Phase.OFFLOADED
 
@@ -42,7 +42,7 @@ STEP = {
 
 @pytest.fixture(scope="module")
 def worker(world1: None) -> MegatronPolicyWorker:
-    return MegatronPolicyWorker(tiny_config(overlap=True))
+    return make_worker(tiny_config(overlap=True))
 
 
 WRONG = [(name, phase) for name, (ok, _) in CONTRACT.items() for phase in Phase if phase not in ok]

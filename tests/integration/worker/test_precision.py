@@ -10,9 +10,8 @@ import dataclasses
 import pytest
 import torch
 from mcore_grpo.worker.config import WorkerConfig
-from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 
-from tests.integration.worker.harness import global_batch, tiny_config
+from tests.integration.worker.harness import global_batch, make_worker, tiny_config
 from tests.support.device import TEST_DEVICE
 
 
@@ -27,7 +26,7 @@ def _step_and_logprobs(config: WorkerConfig) -> tuple[torch.Tensor, dict[str, fl
     # Each worker re-seeds; a fresh parallel state keeps the two builds identical.
     if parallel_state.model_parallel_is_initialized():
         parallel_state.destroy_model_parallel()
-    worker = MegatronPolicyWorker(config)
+    worker = make_worker(config)
     batch = global_batch(rows=4)
     before = worker.get_logprobs(batch)
     metrics = worker.train(batch)
@@ -40,7 +39,7 @@ def test_bf16_worker_wraps_float16module_and_matches_fp32(world1: None) -> None:
 
     fp32_cfg = tiny_config(overlap=False, eps=1e-8)
     bf16_cfg = _bf16(fp32_cfg)
-    worker = MegatronPolicyWorker(bf16_cfg)
+    worker = make_worker(bf16_cfg)
     assert isinstance(worker.policy.ddp.module, Float16Module)
     assert all(p.dtype == torch.bfloat16 for p in worker.policy.gpt.parameters())
     del worker

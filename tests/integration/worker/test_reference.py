@@ -9,12 +9,12 @@ import pytest
 import torch
 from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 
-from tests.integration.worker.harness import global_batch, tiny_config
+from tests.integration.worker.harness import global_batch, make_worker, tiny_config
 
 
 @pytest.fixture(scope="module")
 def worker(world1: None) -> MegatronPolicyWorker:
-    return MegatronPolicyWorker(tiny_config(overlap=False))
+    return make_worker(tiny_config(overlap=False))
 
 
 def test_state_dict_is_the_initial_policy(worker: MegatronPolicyWorker) -> None:

@@ -19,6 +19,7 @@ from tests.integration.worker.harness import (
     global_batch,
     independent_count,
     local_grad_diff,
+    make_worker,
     param_diff,
     rank_slice,
     reference_loss,
@@ -42,7 +43,7 @@ def _parity(level: LossLevel, overlap: bool, k: int) -> dict[str, float]:
     out: dict[str, float] = {}
     results = {}
     for mode in ("split", "oneshot"):
-        worker = MegatronPolicyWorker(tiny_config(level=level, overlap=overlap))
+        worker = make_worker(tiny_config(level=level, overlap=overlap))
         initial = {n: t.clone() for n, t in worker.reference.state_dict().items()}
         if mode == "split":
             worker.begin_train_step()
@@ -78,7 +79,7 @@ def _comm_volume(double_reduce: bool) -> float:
     """Gradient bytes reduced in one optimizer step / grad buffer bytes."""
     import torch.distributed as dist
 
-    worker = MegatronPolicyWorker(tiny_config(overlap=False))
+    worker = make_worker(tiny_config(overlap=False))
     mine = rank_slice(global_batch(rows=8), dist.get_rank(), dist.get_world_size())
     ddp = worker.policy.ddp
     with count_gradient_reductions(ddp) as volume:
@@ -168,7 +169,7 @@ def test_overlap_reduces_only_at_finish_never_in_a_microbatch(world1: None) -> N
     mid-step unless the step nulls that hook. Spy on every bucket group's start_grad_sync:
     it must run for every group in finish (megatron's finish_grad_sync may call it again as a
     no-op), never during train_microbatch."""
-    worker = MegatronPolicyWorker(tiny_config(overlap=True, mbs=2))
+    worker = make_worker(tiny_config(overlap=True, mbs=2))
     batch = global_batch(rows=8)
     worker.train(batch)  # megatron's first backward only records its grad-ready counts
     phase = ["microbatch"]
@@ -199,7 +200,7 @@ class _Boom(RuntimeError):
 
 
 def test_exception_in_microbatch_restores_hooks_and_next_step_is_correct(world1: None) -> None:
-    worker = MegatronPolicyWorker(tiny_config(overlap=True))
+    worker = make_worker(tiny_config(overlap=True))
     cfg = worker.policy.transformer_config
     hooks = (cfg.grad_sync_func, cfg.no_sync_func, cfg.finalize_model_grads_func)
     batch = global_batch(rows=8)
@@ -232,7 +233,7 @@ def test_exception_in_microbatch_restores_hooks_and_next_step_is_correct(world1:
 
 
 def test_train_exception_aborts_and_double_begin_raises(world1: None) -> None:
-    worker = MegatronPolicyWorker(tiny_config(overlap=False))
+    worker = make_worker(tiny_config(overlap=False))
     worker.loss_sum_fn = lambda lp, mb: (_ for _ in ()).throw(_Boom("x"))
     with pytest.raises(_Boom):
         worker.train(global_batch(rows=4))
@@ -254,7 +255,7 @@ def test_loss_is_supplied_at_construction_and_fixed_within_a_step(world1: None) 
         seen.append((tuple(logprobs.shape), tuple(mb["input_ids"].shape)))
         return 0.0 * logprobs.sum()  # no gradient: the step must leave the weights alone
 
-    worker = MegatronPolicyWorker(tiny_config(overlap=False, mbs=2), loss_sum_fn=scaled)
+    worker = make_worker(tiny_config(overlap=False, mbs=2), loss_sum_fn=scaled)
     assert worker.loss_sum_fn is scaled
     before = {n: p.detach().clone() for n, p in worker.policy.gpt.named_parameters()}
     metrics = worker.train(global_batch(rows=4))
@@ -269,3 +270,11 @@ def test_loss_is_supplied_at_construction_and_fixed_within_a_step(world1: None) 
         worker.loss_sum_fn = scaled
     worker.abort_train_step()
     worker.loss_sum_fn = scaled  # between steps: allowed
+
+
+def test_worker_built_without_a_loss_refuses_to_train(world1: None) -> None:
+    """The loss comes from above (the worker does not import `mcore_grpo.grpo`): a worker
+    built without one says what to pass instead of training on something it chose."""
+    worker = MegatronPolicyWorker(tiny_config(overlap=False))
+    with pytest.raises(RuntimeError, match="worker_default_loss"):
+        worker.train(global_batch(rows=4))

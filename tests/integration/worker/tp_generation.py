@@ -16,7 +16,7 @@ from mcore_grpo.worker.model import build_gpt
 from mcore_grpo.worker.parallel import init_model_parallel
 from mcore_grpo.worker.reference import _load_in_place
 
-from tests.integration.worker.harness import prompts, spawn2
+from tests.integration.worker.harness import make_worker, prompts, spawn2
 from tests.integration.worker.tp_parity import REAL, _config, _full
 from tests.support.ports import free_port
 
@@ -37,9 +37,8 @@ def _generate_all(model: torch.nn.Module, backend: str) -> dict[str, GenerationO
 
 
 def tp2_generate() -> dict[str, Any]:
-    from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 
-    worker = MegatronPolicyWorker(_config(tp=2))
+    worker = make_worker(_config(tp=2))
     worker.prepare_for_generation()
     worker.policy.ddp.eval()
     outs = _generate_all(worker.policy.ddp, "static_cache")

@@ -22,7 +22,13 @@ from mcore_grpo.worker.model import build_gpt, sync_params
 from mcore_grpo.worker.parallel import init_model_parallel
 from mcore_grpo.worker.reference import _load_in_place
 
-from tests.integration.worker.harness import global_batch, reference_step, spawn2, tiny_config
+from tests.integration.worker.harness import (
+    global_batch,
+    make_worker,
+    reference_step,
+    spawn2,
+    tiny_config,
+)
 from tests.support.device import TEST_DEVICE
 from tests.support.ports import free_port
 
@@ -61,9 +67,8 @@ def _full(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def tp2_logprobs_and_step() -> dict[str, Any]:
-    from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 
-    worker = MegatronPolicyWorker(_config(tp=2))
+    worker = make_worker(_config(tp=2))
     assert worker.layout.dp_size == 1
     batch = _batch()
     initial = _full(worker.policy.gpt)

@@ -7,14 +7,13 @@ import pytest
 import torch
 from mcore_grpo.worker.cpu import cpu_device
 from mcore_grpo.worker.model import sync_params
-from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 
-from tests.integration.worker.harness import global_batch, tiny_config
+from tests.integration.worker.harness import global_batch, make_worker, tiny_config
 from tests.support.device import TEST_DEVICE
 
 
 def test_offload_onload_outputs_identical_and_bytes_reported(world1: None) -> None:
-    worker = MegatronPolicyWorker(tiny_config(overlap=True, eps=1e-8))
+    worker = make_worker(tiny_config(overlap=True, eps=1e-8))
     batch = global_batch(rows=4)
     worker.train(batch)  # populate Adam state
     worker.prepare_for_lp_inference()
@@ -38,8 +37,8 @@ def test_offload_onload_outputs_identical_and_bytes_reported(world1: None) -> No
 
 def test_optimizer_state_survives_round_trip(world1: None) -> None:
     batch = global_batch(rows=4)
-    a = MegatronPolicyWorker(tiny_config(overlap=True, eps=1e-8))
-    b = MegatronPolicyWorker(tiny_config(overlap=True, eps=1e-8))
+    a = make_worker(tiny_config(overlap=True, eps=1e-8))
+    b = make_worker(tiny_config(overlap=True, eps=1e-8))
     a.train(batch)
     b.train(batch)
     a.offload_before_refit()
@@ -61,7 +60,7 @@ def test_process_group_destroy_reload_round_trip(world1: None) -> None:
     )
     from megatron.core import parallel_state
 
-    worker = MegatronPolicyWorker(tiny_config(overlap=True, eps=1e-8))
+    worker = make_worker(tiny_config(overlap=True, eps=1e-8))
     batch = global_batch(rows=4)
     worker.prepare_for_lp_inference()
     before = worker.get_logprobs(batch)
