@@ -14,7 +14,8 @@ import os
 import subprocess
 import sys
 
-from tools.patchtool.verify.forkserver import SOCKET_VAR, ForkedProcess
+from tools.patchtool.verify.forkclient import ForkedProcess
+from tools.patchtool.verify.forkserver import SOCKET_VAR
 
 
 def python_c(script: str, *args: str) -> subprocess.Popen[str] | ForkedProcess:

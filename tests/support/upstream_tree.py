@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tools.patchtool.verify.tripwire import tree_env_var
+from tools.patchtool.verify.trees import tree_env_var
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
+from tools.patchtool.verify.forkclient import ForkServer
 from tools.patchtool.verify.forkserver import (
     GUARD_EXIT,
     GUARD_VAR,
     REPORT_VAR,
-    ForkServer,
     ForkServerError,
     guard_violations,
 )
-from tools.patchtool.verify.tripwire import verify_preload
+from tools.patchtool.verify.states import verify_preload
 
 
 def _module(name: str, file: str | None) -> types.ModuleType:

@@ -16,7 +16,8 @@ from ..errors import ExitCode, PatchToolError
 from ..rebase.bases import AUTO, MODES, describe
 from ..rebase.flow import REPORT_DIR, run_rebase
 from ..rebase.report import table
-from ..verify.tripwire import tripwire_hook, venv_python
+from ..verify.pytest_run import venv_python
+from ..verify.tripwire import tripwire_hook
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:

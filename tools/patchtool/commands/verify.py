@@ -16,7 +16,8 @@ from pathlib import Path
 from ..command import Command, root_of
 from ..core.manifest import load_manifest
 from ..errors import ExitCode
-from ..verify.tripwire import Proof, venv_python, verify_upstreams
+from ..verify.pytest_run import venv_python
+from ..verify.tripwire import Proof, verify_upstreams
 
 
 def render_table(proofs: list[Proof]) -> str:

@@ -13,7 +13,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..command import DEFAULT_ROOT
 from ..errors import PatchToolError
 from .model import (
     BLACK,
@@ -25,6 +24,9 @@ from .model import (
     TRAILING_WS,
     Check,
 )
+
+# The repository (tools/patchtool/upstream_check/runner.py -> the root): uv runs from there.
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
 
 # --- running the tools --------------------------------------------------------------------
 
@@ -43,7 +45,7 @@ def find_uv() -> str:
     for uv in candidates:
         if uv and Path(uv).is_file():
             proc = subprocess.run(
-                [uv, "--version"], capture_output=True, cwd=DEFAULT_ROOT, check=False
+                [uv, "--version"], capture_output=True, cwd=PROJECT_ROOT, check=False
             )
             if proc.returncode == 0:
                 return uv

@@ -34,7 +34,6 @@ import selectors
 import signal
 import socket
 import struct
-import subprocess
 import sys
 import time
 import traceback
@@ -222,7 +221,7 @@ def _recv_exact(conn: socket.socket, size: int, fds: list[int]) -> bytes:
     return data
 
 
-def _send(conn: socket.socket, message: dict[str, Any], fds: Sequence[int] = ()) -> None:
+def send(conn: socket.socket, message: dict[str, Any], fds: Sequence[int] = ()) -> None:
     body = json.dumps(message).encode()
     payload = _HEADER.pack(len(body)) + body
     if fds:
@@ -231,7 +230,7 @@ def _send(conn: socket.socket, message: dict[str, Any], fds: Sequence[int] = ())
         conn.sendall(payload)
 
 
-def _receive(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
+def receive(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
     fds: list[int] = []
     (size,) = _HEADER.unpack(_recv_exact(conn, _HEADER.size, fds))
     return json.loads(_recv_exact(conn, size, fds)), fds
@@ -326,7 +325,7 @@ def _reap(children: dict[int, socket.socket], sel: selectors.BaseSelector) -> No
         cpu = round(usage.ru_utime + usage.ru_stime, 2)
         sel.unregister(conn)
         with contextlib.suppress(OSError):
-            _send(conn, {"returncode": code, "cpu_s": cpu})
+            send(conn, {"returncode": code, "cpu_s": cpu})
         conn.close()
 
 
@@ -340,7 +339,7 @@ def _fork_request(
 ) -> int:
     """Fork one child for the request on `conn`; its pid (0: the request was refused)."""
     try:
-        request, fds = _receive(conn)
+        request, fds = receive(conn)
     except (EOFError, OSError, ValueError) as exc:
         conn.close()
         print(f"forkserver: bad request: {exc}", file=sys.stderr, flush=True)
@@ -348,7 +347,7 @@ def _fork_request(
     threads = _threads()
     if threads != 1 or len(fds) != 3:
         why = f"{threads} threads in the server" if threads != 1 else "3 stream fds expected"
-        _send(conn, {"error": f"refused to fork: {why}"})
+        send(conn, {"error": f"refused to fork: {why}"})
         for fd in fds:
             os.close(fd)
         conn.close()
@@ -374,177 +373,8 @@ def _fork_request(
             os._exit(code)
     for fd in fds:
         os.close(fd)
-    _send(conn, {"pid": pid})
+    send(conn, {"pid": pid})
     return pid
-
-
-# -- the client ---------------------------------------------------------------------------
-
-
-class ForkedProcess:
-    """A child of the fork server, used like a `subprocess.Popen` with piped stdout/stderr."""
-
-    def __init__(
-        self,
-        sock_path: str,
-        argv: Sequence[str],
-        env: Mapping[str, str] | None = None,
-        cwd: str | os.PathLike[str] | None = None,
-    ) -> None:
-        self.returncode: int | None = None
-        self.cpu_s = 0.0  # CPU seconds of the child (and what it waited for), once exited
-        self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._conn.connect(sock_path)
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        null = os.open(os.devnull, os.O_RDONLY)
-        request = {
-            "argv": list(argv),
-            "env": dict(os.environ if env is None else env),
-            "cwd": str(cwd or os.getcwd()),
-        }
-        try:
-            _send(self._conn, request, [null, out_w, err_w])
-        finally:
-            for fd in (null, out_w, err_w):
-                os.close(fd)
-        self._out, self._err = out_r, err_r
-        answer, _ = _receive(self._conn)
-        if "error" in answer:
-            os.close(out_r)
-            os.close(err_r)
-            self._conn.close()
-            raise ForkServerError(answer["error"])
-        self.pid: int = answer["pid"]
-
-    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
-        """Read stdout/stderr to the end and wait for the exit status (like Popen's)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        chunks: dict[int, list[bytes]] = {self._out: [], self._err: []}
-        sel = selectors.DefaultSelector()
-        for fd in chunks:
-            sel.register(fd, selectors.EVENT_READ)
-        sel.register(self._conn, selectors.EVENT_READ)
-        try:
-            while sel.get_map():
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise subprocess.TimeoutExpired(["forked", str(self.pid)], timeout or 0)
-                for key, _ in sel.select(left):
-                    if key.fileobj is self._conn:
-                        sel.unregister(self._conn)
-                        self._read_status()
-                        continue
-                    fd = key.fd
-                    data = os.read(fd, 65536)
-                    if data:
-                        chunks[fd].append(data)
-                    else:
-                        sel.unregister(fd)
-                        os.close(fd)
-        finally:
-            sel.close()
-        out = b"".join(chunks[self._out]).decode(errors="replace")
-        err = b"".join(chunks[self._err]).decode(errors="replace")
-        return out, err
-
-    def _read_status(self) -> None:
-        try:
-            answer, _ = _receive(self._conn)
-            self.returncode = int(answer["returncode"])
-            self.cpu_s = float(answer.get("cpu_s", 0.0))
-        except (EOFError, OSError, KeyError, ValueError):
-            self.returncode = -signal.SIGKILL  # the server went away with the child
-        self._conn.close()
-
-    def kill(self) -> None:
-        """SIGKILL the child (the server reports its status)."""
-        if self.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGKILL)
-
-
-class ForkServer:
-    """The running server: started by verify with the project's interpreter, ended with it."""
-
-    def __init__(
-        self,
-        python: Path,
-        sock_path: Path,
-        preload_names: Sequence[str],
-        forbidden: Sequence[Path],
-        packages: Sequence[str],
-    ) -> None:
-        self.sock_path = sock_path
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        # One thread per process (4 processes share 2 cores), and no pools before the fork.
-        # pyarrow (imported by transformers' integrations where datasets is installed) starts
-        # its bundled jemalloc's background purge thread at import unless told not to.
-        env.update(
-            OMP_NUM_THREADS="1",
-            MKL_NUM_THREADS="1",
-            PYTHONDONTWRITEBYTECODE="1",
-            JE_ARROW_MALLOC_CONF="background_thread:false",
-        )
-        cmd = [str(python), "-P", str(Path(__file__).resolve()), str(sock_path)]
-        cmd += ["--forbidden", *[str(r) for r in forbidden], "--packages", *packages]
-        cmd += ["--preload", *preload_names]
-        self.proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=None,
-            text=True,
-            env=env,
-            start_new_session=True,
-        )
-        assert self.proc.stdout is not None
-        try:
-            line = self.proc.stdout.readline()
-        except BaseException:  # interrupted while it preloads: it would finish that first
-            self.kill()
-            raise
-        if not line:
-            self.proc.wait()
-            raise ForkServerError(
-                f"the fork server ({python}) exited with {self.proc.returncode} before it was "
-                "ready (see its error above); pass --no-fork-server to run each state as a "
-                "fresh interpreter"
-            )
-        self.ready: dict[str, Any] = json.loads(line)
-
-    def env(self) -> dict[str, str]:
-        """What a child needs to fork its own ranks through this server."""
-        return {SOCKET_VAR: str(self.sock_path)}
-
-    def spawn(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> ForkedProcess:
-        return ForkedProcess(str(self.sock_path), argv, env, cwd)
-
-    def kill(self) -> None:
-        """End the server, every child and whatever they started (one process group)."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-        self._remove_socket()
-
-    def close(self) -> None:
-        """Stop serving (children already finished) and wait for the server to exit."""
-        if self.proc.stdin:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.kill()
-        if self.proc.stdout:
-            self.proc.stdout.close()
-        self._remove_socket()
-
-    def _remove_socket(self) -> None:
-        with contextlib.suppress(OSError):
-            self.sock_path.unlink()
-        if self.sock_path.parent.name.startswith("ptv-"):  # the private short directory
-            with contextlib.suppress(OSError):
-                self.sock_path.parent.rmdir()
 
 
 def _main(argv: list[str]) -> None:

@@ -1,0 +1,140 @@
+"""One pytest run of a verify state and what it says per `Test:` node (junit outcomes).
+
+Why its own module: both ways a state runs (a fresh interpreter here, a forked child in
+states.py) read the same junit XML and kill the same way when verify is interrupted.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import xml.etree.ElementTree as ET
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import PatchToolError
+
+PASSED, FAILED, SKIPPED, NOT_RUN = "passed", "failed", "skipped", "not-run"
+INVALID = "invalid"  # the state did not run on exactly its trees: it proves nothing
+
+
+@dataclass
+class Outcomes:
+    """Per-node outcomes of one pytest run, plus the output tail for failures to explain."""
+
+    by_node: dict[str, tuple[str, str]] = field(default_factory=dict)
+    tail: str = ""
+    invalid: str = ""  # why the run proves nothing (the module-origin guard tripped)
+
+    def of(self, node: str) -> tuple[str, str]:
+        """Outcome of a `Test:` node; a file or a test name covers its parametrisations."""
+        if self.invalid:
+            return INVALID, self.invalid
+        hits = [v for k, v in self.by_node.items() if _covers(node, k)]
+        if not hits:
+            return FAILED, f"{node} did not run (collection error?): {self.tail}"
+        for outcome in (FAILED, SKIPPED):
+            for value, detail in hits:
+                if value == outcome:
+                    return value, detail
+        return PASSED, ""
+
+
+def _covers(node: str, case: str) -> bool:
+    return case == node or case.startswith(node + "[") or case.startswith(node + "::")
+
+
+def venv_python(root: Path) -> Path:
+    python = root / ".venv" / "bin" / "python"
+    if not python.exists():
+        raise PatchToolError(
+            f"{python} does not exist: verify runs the tests in the project venv; run `uv sync` "
+            "first (or pass --python)"
+        )
+    return python
+
+
+def _node_of(case: ET.Element) -> str:
+    file = case.get("file", "")
+    classname = case.get("classname", "")
+    module = file[:-3].replace("/", ".") if file.endswith(".py") else ""
+    classes = classname[len(module) + 1 :] if module and classname.startswith(module + ".") else ""
+    parts = [file, *(classes.split(".") if classes else []), case.get("name", "")]
+    return "::".join(parts)
+
+
+def parse_junit(xml_text: str) -> dict[str, tuple[str, str]]:
+    """node id -> (outcome, message) from pytest's xunit1 junit XML."""
+    result: dict[str, tuple[str, str]] = {}
+    for case in ET.fromstring(xml_text).iter("testcase"):
+        outcome, detail = PASSED, ""
+        for child in case:
+            if child.tag in ("failure", "error"):
+                outcome, detail = FAILED, (child.get("message") or "").splitlines()[0:1]
+                detail = detail[0] if detail else child.tag
+                break
+            if child.tag == "skipped":
+                outcome, detail = SKIPPED, child.get("message") or "skipped"
+        result[_node_of(case)] = (outcome, str(detail)[:200])
+    return result
+
+
+_LIVE: set[subprocess.Popen[str]] = set()
+
+
+_LIVE_LOCK = threading.Lock()
+
+
+def kill_children() -> None:
+    """Kill every pytest process group still running (an interrupted verify leaves none)."""
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for proc in live:
+        with suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def run_pytest(
+    root: Path, python: Path, nodes: list[str], env: dict[str, str] | None = None
+) -> Outcomes:
+    """One pytest process over `nodes` (extra `env` on top of ours); outcomes per test node.
+
+    The process runs in a session of its own so that `kill_children()` can end it (and whatever
+    it started) when verify is interrupted.
+    """
+    with tempfile.TemporaryDirectory(prefix="patchtool-verify-") as tmp:
+        junit = Path(tmp) / "junit.xml"
+        cmd = [str(python), "-m", "pytest", *pytest_args(junit, nodes)]
+        full_env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", **(env or {}))
+        with subprocess.Popen(
+            cmd,
+            cwd=root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=full_env,
+            start_new_session=True,
+        ) as proc:
+            with _LIVE_LOCK:
+                _LIVE.add(proc)
+            try:
+                stdout, stderr = proc.communicate()
+            finally:
+                with _LIVE_LOCK:
+                    _LIVE.discard(proc)
+        tail = " | ".join(stdout.strip().splitlines()[-3:])
+        if not junit.exists():
+            return Outcomes({}, tail or stderr.strip()[-300:])
+        return Outcomes(parse_junit(junit.read_text()), tail)
+
+
+def pytest_args(junit: Path, nodes: list[str]) -> list[str]:
+    """pytest's arguments for one state: its nodes, junit outcomes, no cache written."""
+    # --tb=short: a left-out state fails by design, often in 100+ cases; pytest's long
+    # tracebacks (source of every frame) cost seconds there and verify shows one line.
+    args = ["-q", "--tb=short", "-p", "no:cacheprovider", "-o", "junit_family=xunit1"]
+    return [*args, f"--junitxml={junit}", *sorted(set(nodes))]

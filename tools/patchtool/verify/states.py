@@ -1,0 +1,226 @@
+"""Running verify's states: each one process on its own trees, up to `jobs` at once, forked
+by the fork server (forkserver.py) or started as fresh interpreters.
+
+On any interruption (Ctrl-C, SIGTERM, SIGHUP) the server's process group (the server, every
+state, every rank) is killed and the scratch trees removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+import tomllib
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..core.series import Patch
+from ..errors import PatchToolError
+from ..interrupts import signals_interrupt
+from .forkclient import ForkServer
+from .forkserver import GUARD_EXIT, GUARD_VAR, REPORT_VAR
+from .pytest_run import Outcomes, kill_children, parse_junit, pytest_args, run_pytest
+from .trees import left_out_tree, series_tree, tree_env_var
+
+
+@dataclass
+class VerifyState:
+    """One process to run: `nodes` on the whole stack's series trees, less `patch` if set.
+
+    Every state names a tree for every upstream being verified (the series tree of each
+    upstream, or for a left-out state its own upstream's tree less the patch), so every
+    upstream module it imports comes from a scratch tree of this run, never the checkout.
+    """
+
+    upstream: str
+    repo: Path
+    nodes: list[str]
+    patch: Patch | None = None
+    packages: list[str] = field(default_factory=list)
+    outcomes: Outcomes = field(default_factory=Outcomes)
+    seconds: float = 0.0  # wall
+    cpu_s: float = 0.0  # the pytest process's CPU (forked states)
+
+    @property
+    def label(self) -> str:
+        return f"{self.upstream} {'without' if self.patch else 'with'} {self.name}"
+
+    name: str = ""  # the patch whose tests run (with the series, or without it)
+
+
+def state_env(
+    trees: dict[str, Path],
+    packages: dict[str, list[str]],
+    forbidden: list[Path],
+    report: Path,
+) -> dict[str, str]:
+    """The environment of one state: its trees on PYTHONPATH (`tree_env` of every upstream)
+    and the module-origin guard the fork server's child checks (forkserver.py)."""
+    env: dict[str, str] = {}
+    paths: list[str] = []
+    for name, tree in trees.items():
+        env[tree_env_var(name)] = str(tree)
+        paths += [str(tree), str(tree / "src")]
+    env["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [os.environ.get("PYTHONPATH")])])
+    guard = {
+        "trees": {name: str(tree) for name, tree in trees.items()},
+        "packages": {name: packages.get(name, []) for name in trees},
+        "forbidden": [str(f) for f in forbidden],
+    }
+    env[GUARD_VAR] = json.dumps(guard)
+    env[REPORT_VAR] = str(report)
+    return env
+
+
+def verify_preload(root: Path) -> list[str]:
+    """Third-party modules the fork server imports once for every state
+    (`[tool.patchtool.verify] preload` in the project's pyproject.toml; none without)."""
+    pyproject = root / "pyproject.toml"
+    if not pyproject.is_file():
+        return []
+    config = tomllib.loads(pyproject.read_text())
+    names = config.get("tool", {}).get("patchtool", {}).get("verify", {}).get("preload", [])
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise PatchToolError(
+            f"{pyproject}: [tool.patchtool.verify] preload must be a list of module names"
+        )
+    return names
+
+
+class _Runner:
+    """Runs states: through the fork server (default) or as fresh interpreters."""
+
+    def __init__(self, root: Path, python: Path, server: ForkServer | None) -> None:
+        self.root, self.python, self.server = root, python, server
+
+    def run(self, state: VerifyState, env: dict[str, str], report: Path) -> None:
+        started = time.monotonic()
+        if self.server is None:
+            state.outcomes = run_pytest(self.root, self.python, state.nodes, env)
+        else:
+            state.outcomes, state.cpu_s = self._forked(state.nodes, {**env, **self.server.env()})
+        state.seconds = time.monotonic() - started
+        if report.exists() and report.read_text().strip():
+            state.outcomes.invalid = (
+                "its processes imported upstream code from outside the state's trees: "
+                + report.read_text().strip().replace("\n", "; ")[:600]
+            )
+
+    def _forked(self, nodes: list[str], env: dict[str, str]) -> tuple[Outcomes, float]:
+        """One pytest run forked by the server: its outcomes and CPU seconds (its own, not
+        those of the ranks it had the server fork)."""
+        assert self.server is not None
+        with tempfile.TemporaryDirectory(prefix="patchtool-verify-") as tmp:
+            junit = Path(tmp) / "junit.xml"
+            argv = ["-m", "pytest", *pytest_args(junit, nodes)]
+            # Bytecode is written (into the scratch trees, mostly): the states sharing a tree
+            # compile its modules once. A left-out tree never takes the series' bytecode
+            # (left_out_tree copies no __pycache__).
+            full_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+            proc = self.server.spawn(argv, {**full_env, **env}, self.root)
+            stdout, stderr = proc.communicate()
+            tail = " | ".join(stdout.strip().splitlines()[-3:])
+            if proc.returncode == GUARD_EXIT:
+                return Outcomes({}, tail, invalid=stderr.strip().splitlines()[-1][:600]), proc.cpu_s
+            if not junit.exists():
+                return Outcomes({}, tail or stderr.strip()[-300:]), proc.cpu_s
+            return Outcomes(parse_junit(junit.read_text()), tail), proc.cpu_s
+
+
+def run_states(
+    root: Path,
+    python: Path,
+    states: list[VerifyState],
+    jobs: int,
+    progress: bool,
+    fork_server: bool = True,
+) -> None:
+    """Run every state, up to `jobs` at once, each in its own process on its own trees."""
+    if not states:
+        return
+    jobs = max(1, jobs)
+    with signals_interrupt(), tempfile.TemporaryDirectory(prefix="patchtool-verify-") as tmp:
+        scratch = Path(tmp)
+        repos = {s.upstream: s.repo for s in states}
+        packages = {s.upstream: s.packages for s in states}
+        forbidden = [*repos.values(), scratch]
+        pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="verify")
+        futures: list[Future[None]] = []
+        server: ForkServer | None = None
+        try:
+            say(progress, f"scratch trees of {', '.join(repos)} (the checkouts are only read)")
+            made = {
+                name: pool.submit(series_tree, repo, scratch / name / "series")
+                for name, repo in repos.items()
+            }
+            if fork_server:
+                server = _start_server(root, python, scratch, forbidden, packages, progress)
+            trees = {name: future.result() for name, future in made.items()}
+            runner = _Runner(root, python, server)
+            say(progress, f"running {len(states)} states, {jobs} at a time")
+
+            def one(index: int, state: VerifyState) -> None:
+                own = dict(trees)
+                if state.patch is not None:
+                    dest = scratch / state.upstream / f"without-{state.patch.path.stem}"
+                    own[state.upstream] = left_out_tree(trees[state.upstream], state.patch, dest)
+                report = scratch / "reports" / f"{index}.txt"
+                report.parent.mkdir(exist_ok=True)
+                runner.run(state, state_env(own, packages, forbidden, report), report)
+                say(progress, f"{state.label}: {state.seconds:.1f} s wall, {state.cpu_s:.1f} s CPU")
+
+            futures = [pool.submit(one, i, s) for i, s in enumerate(states)]
+            for future in futures:
+                future.result()
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            if server is not None:
+                server.kill()
+            kill_children()
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+            if server is not None:
+                server.close()
+
+
+def _socket_path(scratch: Path) -> Path:
+    """The server's socket: in the scratch directory unless that path is too long for a Unix
+    socket (108 bytes), then in a private directory under /tmp (removed with the server)."""
+    path = scratch / "forkserver.sock"
+    if len(os.fsencode(path)) < 100:
+        return path
+    return Path(tempfile.mkdtemp(prefix="ptv-", dir="/tmp")) / "s"
+
+
+def _start_server(
+    root: Path,
+    python: Path,
+    scratch: Path,
+    forbidden: list[Path],
+    packages: dict[str, list[str]],
+    progress: bool,
+) -> ForkServer:
+    names = verify_preload(root)
+    project = [root / p.name for p in root.iterdir() if p.name not in (".venv", ".git")]
+    roots = [*forbidden, *project]
+    all_packages = sorted({p for names_ in packages.values() for p in names_})
+    server = ForkServer(python, _socket_path(scratch), names, roots, all_packages)
+    ready = server.ready
+    say(
+        progress,
+        f"fork server: {ready['ready']['preloaded']} modules preloaded "
+        f"({ready['ready']['cpu_s']} s CPU, once for every state)",
+    )
+    for note in ready.get("notes", []):
+        say(progress, f"fork server: not preloaded: {note}")
+    return server
+
+
+def say(progress: bool, text: str) -> None:
+    if progress:
+        print(f"[verify] {text}", file=sys.stderr, flush=True)

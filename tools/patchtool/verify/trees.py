@@ -1,0 +1,102 @@
+"""The scratch trees a verify state runs on: the series tree (the checkout's HEAD, read with
+`git archive`, never changed) and, per patch, the series tree with that patch left out.
+
+Why its own module: `rebase --tripwires` builds the same trees (`full_tree`) and both name
+them to the tests the same way (`PATCHTOOL_TREE_<UPSTREAM>`, `tree_env`).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import tarfile
+from pathlib import Path
+
+from ..core.git import git, git_bytes
+from ..core.series import Patch
+from ..errors import GitError, PatchToolError
+
+
+def series_tree(repo: Path, dest: Path) -> Path:
+    """The checkout's HEAD (the patched series) as a plain scratch tree; the checkout is only
+    read (`git archive`), never changed."""
+    dest.mkdir(parents=True)
+    archive = git_bytes(["archive", "--format=tar", "HEAD"], repo)
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(dest, filter="data")
+    return dest
+
+
+def left_out_tree(series: Path, patch: Patch, dest: Path) -> Path:
+    """`series` with `patch` reverse-applied, in `dest`: every file hard-linked from `series`
+    except the patch's own files, which are private copies (the shared tree stays intact)."""
+    # Without the series' bytecode: other states are writing it meanwhile (a file that is
+    # renamed into place mid-copy would fail the copy), and this tree compiles its own.
+    shutil.copytree(
+        series,
+        dest,
+        symlinks=True,
+        copy_function=os.link,
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    paths = sorted({f.path for f in patch.files} | {f.old_path for f in patch.files if f.old_path})
+    for rel in paths:
+        target = dest / rel
+        if target.is_file() and not target.is_symlink():
+            data = target.read_bytes()
+            target.unlink()
+            target.write_bytes(data)
+    data = patch.path.read_bytes()
+    env = {"GIT_CEILING_DIRECTORIES": str(dest.parent)}  # a plain tree, not a repository
+    try:
+        git(["apply", "-R", "--check", "-"], dest, input=data, env=env)
+    except GitError as exc:
+        raise PatchToolError(
+            f"{patch.path.name} does not reverse-apply on the patched tree (a later patch in the "
+            "series touches the same lines): it cannot be left out alone; merge the two patches "
+            "or make the later one independent"
+        ) from exc
+    git(["apply", "-R", "-"], dest, input=data, env=env)
+    return dest
+
+
+def tree_env_var(upstream: str) -> str:
+    """The variable naming the tree a tripwire should read instead of 3rdparty/<upstream>."""
+    return "PATCHTOOL_TREE_" + upstream.upper().replace("-", "_")
+
+
+def tree_env(upstream: str, tree: Path) -> dict[str, str]:
+    """Environment that points a patch's tests at `tree` instead of 3rdparty/<upstream>.
+
+    Imports follow PYTHONPATH (the tree root, and `src/` for src-layout upstreams, ahead of the
+    editable install); tests that read upstream files by path honour `PATCHTOOL_TREE_<NAME>`
+    (tests/support/upstream_tree.py).
+    """
+    paths = [str(tree), str(tree / "src"), os.environ.get("PYTHONPATH", "")]
+    return {"PYTHONPATH": os.pathsep.join(p for p in paths if p), tree_env_var(upstream): str(tree)}
+
+
+def full_tree(scratch: Path, dest: Path) -> Path:
+    """Scratch HEAD's whole tree in `dest` (the scratch work tree is sparse).
+
+    Blobs absent from a partial mirror (large files) are left out; the sparse work tree's own
+    files are laid over the top, since they are what the rebase is looking at.
+    """
+    listing = git(["ls-tree", "-r", "-z", "--format=%(objectname) %(path)", "HEAD"], scratch)
+    entries = [e.split(" ", 1) for e in str(listing).split("\0") if e]
+    check = git(
+        ["cat-file", "--batch-check=%(objectname) %(objecttype)"],
+        scratch,
+        input="".join(f"{sha}\n" for sha, _ in entries),
+    )
+    present = {line.split(" ")[0] for line in str(check).splitlines() if line.endswith(" blob")}
+    paths = [path for sha, path in entries if sha in present]
+    archive = git_bytes(["archive", "--format=tar", "HEAD", "--", *paths], scratch)
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(dest, filter="data")
+    for rel in str(git(["ls-files", "-z"], scratch)).split("\0"):
+        if rel and (scratch / rel).is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(scratch / rel, dest / rel)
+    return dest
