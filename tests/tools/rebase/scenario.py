@@ -9,12 +9,9 @@ from tests.tools.repos import (
     run,
     trailers,
 )
-from tools.patchtool.rebase.engine import (
-    Base,
-    RebaseResult,
-    create_scratch,
-    rebase_series,
-)
+from tools.patchtool.rebase.engine import rebase_series
+from tools.patchtool.rebase.result import Base, RebaseResult
+from tools.patchtool.rebase.scratch import create_scratch
 
 MOD = "pkg/mod.py"
 

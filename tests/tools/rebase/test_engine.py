@@ -14,13 +14,7 @@ from tests.tools.repos import (
     run,
     trailers,
 )
-from tools.patchtool.rebase.engine import (
-    CLEAN,
-    CONFLICT,
-    MERGED_3WAY,
-    OFFSET,
-    UPSTREAMED,
-)
+from tools.patchtool.rebase.result import CLEAN, CONFLICT, MERGED_3WAY, OFFSET, UPSTREAMED
 
 pytestmark = pytest.mark.usefixtures("isolated_git")
 

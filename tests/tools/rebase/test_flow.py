@@ -24,12 +24,9 @@ from tests.tools.repos import (
 from tools.patchtool.cli import main
 from tools.patchtool.core.manifest import Standin
 from tools.patchtool.errors import PatchToolError
-from tools.patchtool.rebase.engine import (
-    OFFSET,
-    UPSTREAMED,
-    create_scratch,
-)
 from tools.patchtool.rebase.flow import run_rebase
+from tools.patchtool.rebase.result import OFFSET, UPSTREAMED
+from tools.patchtool.rebase.scratch import create_scratch
 
 pytestmark = pytest.mark.usefixtures("isolated_git")
 
@@ -397,7 +394,7 @@ def test_real_megatron_series_onto_core_0_17_0_standin(tmp_path: Path) -> None:
     """
     from tools.patchtool.core.series import parse_patch, read_series
     from tools.patchtool.rebase.bases import STANDIN as STANDIN_MODE
-    from tools.patchtool.rebase.engine import KEPT
+    from tools.patchtool.rebase.result import KEPT
 
     root = tmp_path / "root"
     rev = _superproject_rev_pinned_at("core_v0.16.1")

@@ -21,7 +21,7 @@ from ..core.manifest import Upstream, short, version_for_tag
 from ..errors import PatchToolError
 from ..source.detect import probe_url
 from ..source.standin import Downloader, materialise_commit, pip_download
-from .engine import Base
+from .result import Base
 
 AUTO, GIT, STANDIN = "auto", "git", "standin"
 MODES = (AUTO, GIT, STANDIN)
@@ -171,6 +171,21 @@ def resolve_bases(
                 f"{up.name}: {why}; make {up.url} reachable (or a local mirror via "
                 f"git config --global url.<mirror>.insteadOf {up.url}) or use --source standin"
             )
+    return _standin_bases(scratch, root, up, ref, mode, new_commit, downloader, why)
+
+
+def _standin_bases(
+    scratch: Path,
+    root: Path,
+    up: Upstream,
+    ref: str,
+    mode: str,
+    new_commit: str,
+    downloader: Downloader,
+    why: str,
+) -> tuple[Base, Base, list[Path], str]:
+    """The bases as release stand-ins (no git history, or --source standin); `why`: why the
+    git history could not be used ("" when stand-ins were asked for)."""
     if up.standin is None:
         raise PatchToolError(
             f"{up.name}: {why or 'stand-in requested'} and no release stand-in exists"

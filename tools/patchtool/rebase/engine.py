@@ -22,102 +22,42 @@ Classifications (strictness first; "applies" always means exact context, never f
 from __future__ import annotations
 
 import json
-import re
-import shutil
-import subprocess
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.git import git, git_bytes, git_text, patch_id, patch_ids, rev, run
+from ..core.git import git, git_text, patch_id, run
 from ..core.series import Patch, parse_patch_text
 from ..errors import PatchToolError
-
-CLEAN = "clean"
-OFFSET = "offset"
-MERGED_3WAY = "merged-3way"
-CONFLICT = "conflict"
-UPSTREAMED = "upstreamed"
-RESOLVED = "resolved-by-hand"
-KEPT = (CLEAN, OFFSET, MERGED_3WAY, RESOLVED)
+from .result import (
+    CLEAN,
+    CONFLICT,
+    MERGED_3WAY,
+    OFFSET,
+    RESOLVED,
+    UPSTREAMED,
+    Base,
+    Evidence,
+    PatchResult,
+    RebaseResult,
+    result_from_json,
+)
+from .scratch import (
+    accepted_commit,
+    am_apply,
+    am_in_progress,
+    checkout_commit,
+    failed_files,
+    head_of_scratch,
+    is_ancestor,
+    parse_offsets,
+    resolve_commit,
+    sparse_checkout,
+    upstream_patch_ids,
+)
 
 STATE_FILE = "patches-rebase.json"
 PATCH_DIR = "patches-rebase"
-
-_OFFSET_RE = re.compile(r"^Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)\.$")
-_CHECKING_RE = re.compile(r"^Checking patch (.+)\.\.\.$")
-_FAILED_RE = re.compile(r"^error: patch failed: (.+):(\d+)$")
-
-
-@dataclass(frozen=True)
-class Base:
-    """One side of a rebase: a commit in the scratch repository and what it stands for.
-
-    `label` names it for people (a tag, a commit, or "megatron-core 0.17.0 stand-in");
-    `upstream_commit` is the real upstream commit id (the gitlink), "" when unknown offline;
-    `history` is True when `commit` is the real upstream commit with its ancestry.
-    """
-
-    label: str
-    commit: str
-    history: bool
-    upstream_commit: str = ""
-    tag: str = ""
-    standin_version: str = ""
-    date: str = ""  # committer date of `upstream_commit` (ISO 8601), when read from history
-    resolved_from: str = ""  # where the ref was read: "<url> (now)" or a local clone
-
-
-@dataclass
-class Evidence:
-    kind: str  # patch-id | accepted | reverse | tripwire
-    detail: str
-    commit: str = ""  # the upstream commit it points at (patch-id, accepted)
-
-
-@dataclass
-class PatchResult:
-    name: str
-    subject: str
-    classification: str = ""
-    evidence: list[Evidence] = field(default_factory=list)
-    not_checked: list[str] = field(default_factory=list)
-    offsets: list[str] = field(default_factory=list)  # "path: hunk #2 at 120 (offset +5)"
-    failed_files: list[str] = field(default_factory=list)
-    hunks: str = ""  # merged hunks (merged-3way) or conflict diff with markers (conflict)
-    conflict_files: list[str] = field(default_factory=list)
-    old_commit: str = ""
-    new_commit: str = ""
-    note: str = ""
-
-
-@dataclass
-class RebaseResult:
-    upstream: str
-    old: Base
-    new: Base
-    scratch: str
-    patches: list[PatchResult]
-    old_tip: str = ""
-    new_tip: str = ""
-    range_diff: str = ""
-    finish_commands: list[list[str]] = field(default_factory=list)
-    backwards: bool = False  # the new base is an ancestor of the old pin
-
-    @property
-    def conflicts(self) -> list[PatchResult]:
-        return [p for p in self.patches if p.classification == CONFLICT]
-
-    @property
-    def kept(self) -> list[PatchResult]:
-        return [p for p in self.patches if p.classification in KEPT]
-
-    @property
-    def upstreamed(self) -> list[PatchResult]:
-        return [p for p in self.patches if p.classification == UPSTREAMED]
-
-    def to_json(self) -> dict[str, object]:
-        return asdict(self)
 
 
 # A tripwire hook gets (patch name, parsed patch, worktree of the new base without this patch)
@@ -130,101 +70,6 @@ def _text(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-# --- scratch repository ----------------------------------------------------------------------
-
-
-def create_scratch(scratch: Path, object_sources: list[Path]) -> None:
-    """An empty repository borrowing objects from `object_sources` (no copy, no ref changes there)."""
-    if scratch.exists() and any(scratch.iterdir()):
-        raise PatchToolError(
-            f"{scratch}: scratch directory is not empty; remove it or pick another"
-        )
-    scratch.mkdir(parents=True, exist_ok=True)
-    git(["init", "-q", str(scratch)], scratch)
-    alternates = []
-    for repo in object_sources:
-        objects = Path(git_text(["rev-parse", "--git-path", "objects"], repo))
-        alternates.append(str(objects if objects.is_absolute() else (repo / objects).resolve()))
-    if alternates:
-        alt_file = scratch / ".git" / "objects" / "info" / "alternates"
-        alt_file.write_text("\n".join(alternates) + "\n", encoding="utf-8")
-    for key, value in (
-        ("user.name", "mcore-rl-stack rebase"),
-        ("user.email", "rebase@mcore-rl-stack.invalid"),
-        ("gc.auto", "0"),
-        ("core.hooksPath", "/dev/null"),
-        ("advice.detachedHead", "false"),
-    ):
-        git(["config", key, value], scratch)
-
-
-def _checkout(scratch: Path, commit: str) -> None:
-    git(["checkout", "-q", "-f", "--detach", commit], scratch)
-    # `read-tree` primes the index's cache-tree, so `git am`'s write-tree reuses the trees of
-    # untouched directories instead of re-checking every blob: mirrors that lack large blobs
-    # (Bridge's gifs) then still work. `reapply` restores the sparse skip-worktree bits.
-    git(["read-tree", commit], scratch)
-    git(["sparse-checkout", "reapply"], scratch)
-    git(["clean", "-q", "-fdx"], scratch)
-
-
-def _am(scratch: Path, patch_file: Path, three_way: bool) -> subprocess.CompletedProcess[bytes]:
-    args = ["am", "--quiet", "-k", "--no-keep-cr"]  # -k: keep subjects as `apply` does
-    args += ["-3"] if three_way else ["--no-3way"]
-    return run([*args, str(patch_file)], scratch)
-
-
-def _head(scratch: Path) -> str:
-    return git_text(["rev-parse", "HEAD"], scratch)
-
-
-def _am_in_progress(scratch: Path) -> bool:
-    return (scratch / ".git" / "rebase-apply").exists()
-
-
-# --- evidence ---------------------------------------------------------------------------------
-
-
-def upstream_patch_ids(scratch: Path, old: str, new: str, paths: list[str]) -> dict[str, str]:
-    """patch-id -> upstream commit, for non-merge commits in old..new that touch `paths`."""
-    if not paths:
-        return {}
-    shas = git_text(
-        ["rev-list", "--no-merges", f"{old}..{new}", "--", *sorted(set(paths))], scratch
-    )
-    if not shas:
-        return {}
-    log = git_bytes(
-        ["log", "--no-walk=unsorted", "-p", "--full-index", "--no-color", "--stdin"],
-        scratch,
-        input=shas + "\n",
-    )
-    ids: dict[str, str] = {}
-    for pid, sha in patch_ids(scratch, log):
-        ids.setdefault(pid, sha)
-    return ids
-
-
-def _accepted_commit(patch: Patch) -> str:
-    for value in patch.trailer_values("Upstream-Status"):
-        parts = value.split()
-        if len(parts) >= 2 and parts[0] == "accepted":
-            return parts[1]
-    return ""
-
-
-def _resolve(scratch: Path, name: str, history_repos: list[Path]) -> str:
-    for repo in [scratch, *history_repos]:
-        sha = rev(repo, f"{name}^{{commit}}")
-        if sha:
-            return sha
-    return ""
-
-
-def _is_ancestor(scratch: Path, commit: str, of: str) -> bool:
-    return run(["merge-base", "--is-ancestor", commit, of], scratch).returncode == 0
-
-
 # --- replay -----------------------------------------------------------------------------------
 
 
@@ -234,25 +79,6 @@ class _Input:
     data: bytes
     patch: Patch
     file: Path
-
-
-def _parse_offsets(stderr: str) -> list[str]:
-    offsets: list[str] = []
-    current = ""
-    for line in stderr.splitlines():
-        checking = _CHECKING_RE.match(line)
-        if checking:
-            current = checking.group(1)
-            continue
-        match = _OFFSET_RE.match(line)
-        if match:
-            num, at, off = match.groups()
-            offsets.append(f"{current}: hunk #{num} at line {at} (offset {int(off):+d})")
-    return offsets
-
-
-def _failed_files(stderr: str) -> list[str]:
-    return sorted({m.group(1) for m in map(_FAILED_RE.match, stderr.splitlines()) if m})
 
 
 class Replayer:
@@ -294,15 +120,15 @@ class Replayer:
                 )
         else:
             result.not_checked.append("patch-id (no upstream history for a stand-in base)")
-        accepted = _accepted_commit(item.patch)
+        accepted = accepted_commit(item.patch)
         if accepted:
             if not self.new.history:
                 result.not_checked.append(f"accepted {accepted} (no upstream history)")
             else:
-                sha = _resolve(scratch, accepted, self.history_repos)
+                sha = resolve_commit(scratch, accepted, self.history_repos)
                 if not sha:
                     result.not_checked.append(f"accepted {accepted} (commit not found)")
-                elif _is_ancestor(scratch, sha, self.new.commit):
+                elif is_ancestor(scratch, sha, self.new.commit):
                     result.evidence.append(
                         Evidence(
                             "accepted", f"{accepted} is an ancestor of {self.new.label}", accepted
@@ -330,12 +156,12 @@ class Replayer:
 
     def _merge_is_noop(self, item: _Input) -> bool:
         """Would `git am -3` find the patch already applied? HEAD and tree are restored."""
-        before = _head(self.scratch)
-        proc = _am(self.scratch, item.file, three_way=True)
-        noop = proc.returncode == 0 and _head(self.scratch) == before
-        if _am_in_progress(self.scratch):
+        before = head_of_scratch(self.scratch)
+        proc = am_apply(self.scratch, item.file, three_way=True)
+        noop = proc.returncode == 0 and head_of_scratch(self.scratch) == before
+        if am_in_progress(self.scratch):
             run(["am", "--abort"], self.scratch)
-        _checkout(self.scratch, before)
+        checkout_commit(self.scratch, before)
         return noop
 
     def classify(self, item: _Input, inputs: list[_Input]) -> PatchResult:
@@ -359,19 +185,19 @@ class Replayer:
             return result
         stderr = _text(forward.stderr)
         if forward.returncode == 0:
-            proc = _am(scratch, item.file, three_way=False)
+            proc = am_apply(scratch, item.file, three_way=False)
             if proc.returncode != 0:  # `git apply --check` passed, so this is unexpected
                 raise PatchToolError(
                     f"{item.name}: git am failed in {scratch}: {_text(proc.stderr)}"
                 )
-            result.offsets = _parse_offsets(stderr)
+            result.offsets = parse_offsets(stderr)
             result.classification = OFFSET if result.offsets else CLEAN
-            result.new_commit = _head(scratch)
+            result.new_commit = head_of_scratch(scratch)
             return result
-        result.failed_files = _failed_files(stderr)
-        before = _head(scratch)
-        proc = _am(scratch, item.file, three_way=True)
-        if proc.returncode == 0 and _head(scratch) == before:
+        result.failed_files = failed_files(stderr)
+        before = head_of_scratch(scratch)
+        proc = am_apply(scratch, item.file, three_way=True)
+        if proc.returncode == 0 and head_of_scratch(scratch) == before:
             # git am: "No changes -- Patch already applied.": merging our change into the
             # new base leaves it as is, so the base already contains the change (with
             # context edited around it, which is why the strict reverse check missed it).
@@ -380,7 +206,7 @@ class Replayer:
             return result
         if proc.returncode == 0:
             result.classification = MERGED_3WAY
-            result.new_commit = _head(scratch)
+            result.new_commit = head_of_scratch(scratch)
             shown = git(
                 ["show", "--format=", "--no-color", result.new_commit, "--", *result.failed_files],
                 scratch,
@@ -398,28 +224,6 @@ class Replayer:
         return result
 
 
-def _pattern(path: str) -> str:
-    """A non-cone sparse-checkout pattern matching exactly `path` (gitignore syntax)."""
-    escaped = "".join("\\" + ch if ch in "*?[]\\!#" else ch for ch in path)
-    return "/" + escaped.rstrip(" ")
-
-
-def sparse_checkout(scratch: Path, paths: list[str]) -> None:
-    """Check out only the files the series touches.
-
-    Why: a full upstream tree costs seconds per checkout, and mirrors may lack large blobs
-    (Bridge's gifs) that a full checkout would need. A tripwire hook that needs the whole
-    tree can read it with `git -C <scratch> archive HEAD` or widen the checkout.
-    """
-    git(["config", "core.sparseCheckout", "true"], scratch)
-    git(["config", "core.sparseCheckoutCone", "false"], scratch)
-    info = scratch / ".git" / "info"
-    info.mkdir(exist_ok=True)
-    patterns = sorted({_pattern(p) for p in paths})
-    # An empty pattern list would check out nothing *and* warn; a never-matching one is quiet.
-    (info / "sparse-checkout").write_text("\n".join(patterns or ["/.patchtool-none"]) + "\n")
-
-
 def _write_inputs(scratch: Path, patches: list[tuple[str, bytes]]) -> list[_Input]:
     directory = scratch / ".git" / PATCH_DIR
     directory.mkdir(exist_ok=True)
@@ -434,10 +238,10 @@ def _write_inputs(scratch: Path, patches: list[tuple[str, bytes]]) -> list[_Inpu
 
 def build_old_series(scratch: Path, old: Base, inputs: list[_Input]) -> list[str]:
     """Apply the series strictly on the old base; the commits feed range-diff and 3-way blobs."""
-    _checkout(scratch, old.commit)
+    checkout_commit(scratch, old.commit)
     commits = []
     for item in inputs:
-        proc = _am(scratch, item.file, three_way=False)
+        proc = am_apply(scratch, item.file, three_way=False)
         if proc.returncode != 0:
             run(["am", "--abort"], scratch)
             raise PatchToolError(
@@ -445,7 +249,7 @@ def build_old_series(scratch: Path, old: Base, inputs: list[_Input]) -> list[str
                 f"{_text(proc.stderr).strip().splitlines()[-1] if proc.stderr.strip() else ''}; "
                 "fix the series first (tools/patches apply shows why)"
             )
-        commits.append(_head(scratch))
+        commits.append(head_of_scratch(scratch))
     return commits
 
 
@@ -504,8 +308,8 @@ def rebase_series(
         scratch, [p for i in inputs for f in i.patch.files for p in (f.old_path, f.new_path) if p]
     )
     old_commits = build_old_series(scratch, old, inputs)
-    result = RebaseResult(upstream, old, new, str(scratch), [], old_tip=_head(scratch))
-    _checkout(scratch, new.commit)
+    result = RebaseResult(upstream, old, new, str(scratch), [], old_tip=head_of_scratch(scratch))
+    checkout_commit(scratch, new.commit)
     replayer = Replayer(scratch, old, new, history, tripwire)
     _replay(result, replayer, inputs, old_commits, start=0)
     return result
@@ -522,7 +326,7 @@ def _replay(
     first_conflict: tuple[int, str] | None = None  # (index, HEAD before it)
     for index in range(start, len(inputs)):
         item = inputs[index]
-        before = _head(scratch)
+        before = head_of_scratch(scratch)
         res = replayer.classify(item, inputs)
         res.old_commit = old_commits[index] if index < len(old_commits) else ""
         result.patches.append(res)
@@ -530,31 +334,19 @@ def _replay(
             if first_conflict is None:
                 first_conflict = (index, before)
             run(["am", "--abort"], scratch)
-            _checkout(scratch, before)
+            checkout_commit(scratch, before)
             if res.conflict_files:
                 res.note = (res.note + "; " if res.note else "") + (
                     "later patches were classified without this one"
                 )
-    result.new_tip = _head(scratch)
+    result.new_tip = head_of_scratch(scratch)
     result.range_diff = _range_diff(scratch, result.old, result.old_tip, result.new, result.new_tip)
     if first_conflict is not None:
         index, before = first_conflict
-        _checkout(scratch, before)
-        _am(scratch, inputs[index].file, three_way=True)  # leave the markers for the person
+        checkout_commit(scratch, before)
+        am_apply(scratch, inputs[index].file, three_way=True)  # leave the markers for the person
         result.finish_commands = _finish_commands(result, index)
         _save_state(result, index, replayer.history_repos)
-
-
-def _result_from_json(data: dict[str, object]) -> RebaseResult:
-    raw = dict(data)
-    patches = []
-    for item in raw.pop("patches"):  # type: ignore[union-attr]
-        entry = dict(item)
-        entry["evidence"] = [Evidence(**e) for e in entry["evidence"]]
-        patches.append(PatchResult(**entry))
-    old = Base(**raw.pop("old"))  # type: ignore[arg-type]
-    new = Base(**raw.pop("new"))  # type: ignore[arg-type]
-    return RebaseResult(old=old, new=new, patches=patches, **raw)  # type: ignore[arg-type]
 
 
 def resume_series(scratch: Path, *, tripwire: TripwireHook | None = None) -> RebaseResult:
@@ -566,13 +358,13 @@ def resume_series(scratch: Path, *, tripwire: TripwireHook | None = None) -> Reb
     state_file = scratch / ".git" / STATE_FILE
     if not state_file.is_file():
         raise PatchToolError(f"{scratch}: no interrupted rebase here ({state_file} missing)")
-    if _am_in_progress(scratch):
+    if am_in_progress(scratch):
         raise PatchToolError(
             f"{scratch}: git am still in progress; resolve the markers, `git add` the files "
             "and run `git am --continue` there first"
         )
     state = json.loads(state_file.read_text(encoding="utf-8"))
-    result = _result_from_json(state["result"])
+    result = result_from_json(state["result"])
     index = int(state["conflict_index"])
     history = [Path(p) for p in state["history_repos"]]
     names = [p.name for p in result.patches]
@@ -586,7 +378,7 @@ def resume_series(scratch: Path, *, tripwire: TripwireHook | None = None) -> Reb
     before = next(
         (p.new_commit for p in reversed(result.patches[:index]) if p.new_commit), result.new.commit
     )
-    head = _head(scratch)
+    head = head_of_scratch(scratch)
     if git_text(["rev-parse", f"{head}^"], scratch) != before:
         raise PatchToolError(
             f"{scratch}: expected exactly one resolved commit on {before[:12]} for "
@@ -603,7 +395,3 @@ def resume_series(scratch: Path, *, tripwire: TripwireHook | None = None) -> Reb
     replayer = Replayer(scratch, result.old, result.new, history, tripwire)
     _replay(result, replayer, inputs, old_commits, start=index + 1)
     return result
-
-
-def remove_scratch(scratch: Path) -> None:
-    shutil.rmtree(scratch, ignore_errors=True)

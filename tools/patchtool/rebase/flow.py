@@ -19,17 +19,10 @@ from ..core.series import SERIES_FILE, read_series
 from ..errors import PatchToolError
 from ..source.standin import Downloader, pip_download
 from .bases import AUTO, history_repos, resolve_bases
-from .engine import (
-    STATE_FILE,
-    Base,
-    RebaseResult,
-    TripwireHook,
-    create_scratch,
-    rebase_series,
-    remove_scratch,
-    resume_series,
-)
+from .engine import STATE_FILE, TripwireHook, rebase_series, resume_series
 from .report import markdown
+from .result import Base, RebaseResult
+from .scratch import create_scratch, remove_scratch
 from .write import StandinMove, write_rebase
 
 REPORT_DIR = Path("docs") / "rebases"
@@ -87,13 +80,7 @@ def run_rebase(
             old, new, repos, source_note = resolve_bases(
                 scratch, root, up, ref, mode=mode, new_commit=new_commit, downloader=downloader
             )
-            backwards = moves_backwards(scratch, old, new)
-            if backwards and not (dry_run or allow_backwards):
-                raise PatchToolError(
-                    f"{up.name}: {ref} ({short(new.commit)}) is an ancestor of the current pin "
-                    f"{old.label}: this rebase moves the pin backwards; nothing was changed. "
-                    "If that is what you want, run it again with --allow-backwards"
-                )
+            backwards = _check_direction(scratch, up, ref, old, new, dry_run or allow_backwards)
             result = rebase_series(
                 up.name, read_patches(root, up), old, new, scratch,
                 history_repos=repos, tripwire=tripwire,
@@ -113,6 +100,20 @@ def run_rebase(
         keep_scratch=keep_scratch,
     )  # fmt: skip
     return result, path, written
+
+
+def _check_direction(
+    scratch: Path, up: Upstream, ref: str, old: Base, new: Base, allowed: bool
+) -> bool:
+    """Whether the rebase moves the pin backwards; refused unless `allowed`."""
+    backwards = moves_backwards(scratch, old, new)
+    if backwards and not allowed:
+        raise PatchToolError(
+            f"{up.name}: {ref} ({short(new.commit)}) is an ancestor of the current pin "
+            f"{old.label}: this rebase moves the pin backwards; nothing was changed. "
+            "If that is what you want, run it again with --allow-backwards"
+        )
+    return backwards
 
 
 def moves_backwards(scratch: Path, old: Base, new: Base) -> bool:

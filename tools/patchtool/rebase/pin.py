@@ -38,15 +38,11 @@ from ..errors import PatchToolError
 from ..source.nearest import choose_proxy, release_at, tag_of
 from ..source.standin import Downloader, pip_download
 from .bases import GIT, history_repos, resolve_bases, resolve_git
-from .engine import (
-    RebaseResult,
-    TripwireHook,
-    create_scratch,
-    rebase_series,
-    remove_scratch,
-)
+from .engine import TripwireHook, rebase_series
 from .flow import finish, read_patches
 from .report import markdown
+from .result import RebaseResult
+from .scratch import create_scratch, remove_scratch
 from .write import StandinMove, move_pin
 
 
@@ -214,15 +210,8 @@ def run_pin(
 ) -> tuple[list[Planned], list[str]]:
     """The `pin` command as a function: (per-upstream plans, files written)."""
     manifest = load_manifest(root)
-    if upstream not in manifest.upstreams:
-        raise PatchToolError(f"unknown upstream {upstream}; known: {', '.join(manifest.upstreams)}")
     proxies = proxies or {}
-    unknown = sorted(set(proxies) - set(manifest.upstreams))
-    if unknown:
-        raise PatchToolError(
-            f"--proxy names unknown upstream {', '.join(unknown)}; known: "
-            f"{', '.join(manifest.upstreams)}"
-        )
+    _check_names(manifest, upstream, proxies)
     ref = ref or manifest.upstreams[upstream].commit
     with tempfile.TemporaryDirectory(prefix="patches-pin-probe-") as tmp:
         if follow:
@@ -268,6 +257,18 @@ def run_pin(
         )  # fmt: skip
         written += files
     return planned, written
+
+
+def _check_names(manifest: Manifest, upstream: str, proxies: dict[str, list[str]]) -> None:
+    """The upstream and every --proxy upstream must be in the manifest."""
+    if upstream not in manifest.upstreams:
+        raise PatchToolError(f"unknown upstream {upstream}; known: {', '.join(manifest.upstreams)}")
+    unknown = sorted(set(proxies) - set(manifest.upstreams))
+    if unknown:
+        raise PatchToolError(
+            f"--proxy names unknown upstream {', '.join(unknown)}; known: "
+            f"{', '.join(manifest.upstreams)}"
+        )
 
 
 def set_standin(root: Path, up: Upstream, commit: str, tag: str, move: StandinMove) -> None:

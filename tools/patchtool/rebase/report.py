@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shlex
 
-from .engine import (
+from .result import (
     CLEAN,
     CONFLICT,
     MERGED_3WAY,

@@ -15,7 +15,7 @@ from ..core.series import RETIRED_DIR, SERIES_FILE
 from ..core.trailers import STATUS_KEY, set_patch_trailer
 from ..errors import PatchToolError
 from ..source.nearest import release_at, tag_of
-from .engine import UPSTREAMED, PatchResult, RebaseResult
+from .result import UPSTREAMED, PatchResult, RebaseResult
 
 EVIDENCE_KEY = "Upstream-Evidence"
 
