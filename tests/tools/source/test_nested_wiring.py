@@ -30,15 +30,14 @@ from tests.tools.repos import run
 from tools.patchtool.core.checkout import dirty_files
 from tools.patchtool.core.manifest import load_manifest
 from tools.patchtool.errors import PatchToolError
+from tools.patchtool.source.nested_plan import plan_links, uv_lock_paths
 from tools.patchtool.source.nested_wiring import (
     BLOCKED,
     FOREIGN,
     NO_TARGET,
     UNWIRED,
     WIRED,
-    plan_links,
     unwire_host,
-    uv_lock_paths,
     wire_host,
     wiring_status,
 )
