@@ -76,6 +76,30 @@ def lint_patch(root: Path, rel: str, patch: Patch, checkout: Path | None) -> lis
             )
         )
     errors += [LintError(rel, line, msg) for line, msg in patch_path_problems(patch, checkout)]
+    errors += _trailer_errors(root, rel, patch)
+    for diff in patch.files:
+        for blob in (diff.old_blob, diff.new_blob):
+            if blob and not _FULL_BLOB_RE.match(blob):
+                errors.append(
+                    LintError(
+                        rel,
+                        diff.line,
+                        f"abbreviated blob id {blob}: export with --full-index (tools/patchtool/core/git.py:format_patch)",
+                    )
+                )
+                break
+        for hunk in diff.hunks:
+            for line, text in hunk.added:
+                if text != text.rstrip():
+                    errors.append(
+                        LintError(rel, line, f"trailing whitespace on an added line of {diff.path}")
+                    )
+    return errors
+
+
+def _trailer_errors(root: Path, rel: str, patch: Patch) -> list[LintError]:
+    """The trailer block: each required key once, a known Upstream-Status, a Test that exists."""
+    errors: list[LintError] = []
     keys = {t.key for t in patch.trailers}
     end = patch.body[-1][0] if patch.body else max(patch.subject_line, 1)
     for key in (*SINGLE_TRAILERS, "Test"):
@@ -105,23 +129,6 @@ def lint_patch(root: Path, rel: str, patch: Patch, checkout: Path | None) -> lis
             why = test_exists(root, trailer.value)
             if why:
                 errors.append(LintError(rel, where, why))
-    for diff in patch.files:
-        for blob in (diff.old_blob, diff.new_blob):
-            if blob and not _FULL_BLOB_RE.match(blob):
-                errors.append(
-                    LintError(
-                        rel,
-                        diff.line,
-                        f"abbreviated blob id {blob}: export with --full-index (tools/patchtool/core/git.py:format_patch)",
-                    )
-                )
-                break
-        for hunk in diff.hunks:
-            for line, text in hunk.added:
-                if text != text.rstrip():
-                    errors.append(
-                        LintError(rel, line, f"trailing whitespace on an added line of {diff.path}")
-                    )
     return errors
 
 

@@ -219,6 +219,20 @@ def open_pr(
     if not push:
         pr.notes.append("nothing pushed (pass --push to run the commands above)")
         return pr
+    return _push_and_create(root, pr, repo, up, remote, remote_url, gh)
+
+
+def _push_and_create(
+    root: Path,
+    pr: PullRequest,
+    repo: Path,
+    up: Upstream,
+    remote: str,
+    remote_url: str,
+    gh: str | None,
+) -> PullRequest:
+    """Push the branch, then `gh pr create` and record the PR URL in the patch (--push)."""
+    patch_rel, branch, head, push_cmd, gh_cmd = pr.patch, pr.branch, pr.commit, pr.push, pr.gh
     if not remote_url:
         raise PatchToolError(
             f"{up.path}: no remote {remote!r}; add your fork: git -C {up.path} remote add {remote} <url>"

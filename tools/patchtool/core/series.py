@@ -260,13 +260,7 @@ def _parse_diffs(patch: Patch, lines: list[str], start: int) -> None:
             and lines[i + 1].startswith("+++ ")
         ):
             # A diff without `diff --git` (quilt refresh, plain diff -u): paths are -p1 ones.
-            current = FileDiff(old_path=None, new_path=None, line=num)
-            patch.files.append(current)
-            patch.quilt_line = patch.quilt_line or num
-            hunk = None
-            current.old_path = _strip_component(line[4:])
-            if current.old_path is not None:
-                current.path_refs.append((num, current.old_path))
+            current, hunk = _start_quilt_file(patch, line, num), None
             continue
         if (
             current is not None
@@ -287,37 +281,56 @@ def _parse_diffs(patch: Patch, lines: list[str], start: int) -> None:
             hunk = Hunk(int(match.group(1)), old_count, int(match.group(3)), new_count, line, num)
             current.hunks.append(hunk)
             old_left, new_left = old_count, new_count
-        elif line.startswith("index "):
-            idx = _INDEX_RE.match(line)
-            if idx:
-                current.old_blob, current.new_blob = idx.group(1), idx.group(2)
-                if idx.group(3):
-                    current.old_mode = current.new_mode = idx.group(3)
-        elif line.startswith("--- "):
-            current.old_path = _strip_prefix(line[4:], "a/")
-            if current.old_path is not None:
-                current.path_refs.append((num, current.old_path))
-        elif line.startswith("+++ "):
-            current.new_path = _strip_prefix(line[4:], "b/")
-            if current.new_path is not None:
-                current.path_refs.append((num, current.new_path))
-        elif line.startswith(("rename from ", "copy from ")):
-            current.old_path = unquote_path(line.split(" ", 2)[2])
-            current.path_refs.append((num, current.old_path))
-        elif line.startswith(("rename to ", "copy to ")):
-            current.new_path = unquote_path(line.split(" ", 2)[2])
-            current.path_refs.append((num, current.new_path))
-        elif line.startswith(("old mode ", "deleted file mode ")):
-            current.old_mode = line.rsplit(" ", 1)[1]
-            current.deleted = line.startswith("deleted")
-        elif line.startswith(("new mode ", "new file mode ")):
-            current.new_mode = line.rsplit(" ", 1)[1]
-            current.created = line.startswith("new file")
-        elif line.startswith(("GIT binary patch", "Binary files ")):
-            current.binary = True
-        elif line == "-- " or line.startswith("From "):
+        elif not _file_header(current, line, num):
             current = None
     _paths_from_diff_git(patch, lines)
+
+
+def _start_quilt_file(patch: Patch, line: str, num: int) -> FileDiff:
+    """A file's diff that starts at its `--- ` line (no `diff --git`): -p1 paths."""
+    current = FileDiff(old_path=None, new_path=None, line=num)
+    patch.files.append(current)
+    patch.quilt_line = patch.quilt_line or num
+    current.old_path = _strip_component(line[4:])
+    if current.old_path is not None:
+        current.path_refs.append((num, current.old_path))
+    return current
+
+
+def _file_header(current: FileDiff, line: str, num: int) -> bool:
+    """Record one extended-header line of a file's diff; False where the patch's diffs end
+    (`-- ` signature, next mbox message)."""
+    if line.startswith("index "):
+        idx = _INDEX_RE.match(line)
+        if idx:
+            current.old_blob, current.new_blob = idx.group(1), idx.group(2)
+            if idx.group(3):
+                current.old_mode = current.new_mode = idx.group(3)
+    elif line.startswith("--- "):
+        current.old_path = _strip_prefix(line[4:], "a/")
+        if current.old_path is not None:
+            current.path_refs.append((num, current.old_path))
+    elif line.startswith("+++ "):
+        current.new_path = _strip_prefix(line[4:], "b/")
+        if current.new_path is not None:
+            current.path_refs.append((num, current.new_path))
+    elif line.startswith(("rename from ", "copy from ")):
+        current.old_path = unquote_path(line.split(" ", 2)[2])
+        current.path_refs.append((num, current.old_path))
+    elif line.startswith(("rename to ", "copy to ")):
+        current.new_path = unquote_path(line.split(" ", 2)[2])
+        current.path_refs.append((num, current.new_path))
+    elif line.startswith(("old mode ", "deleted file mode ")):
+        current.old_mode = line.rsplit(" ", 1)[1]
+        current.deleted = line.startswith("deleted")
+    elif line.startswith(("new mode ", "new file mode ")):
+        current.new_mode = line.rsplit(" ", 1)[1]
+        current.created = line.startswith("new file")
+    elif line.startswith(("GIT binary patch", "Binary files ")):
+        current.binary = True
+    elif line == "-- " or line.startswith("From "):
+        return False
+    return True
 
 
 def _paths_from_diff_git(patch: Patch, lines: list[str]) -> None:
