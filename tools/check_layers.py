@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""The layout bar of tools/patchtool and integration/mcore_grpo, checked from the real code.
+
+    python3 tools/check_layers.py            # check; one line per breach, exit 1 if any
+    python3 tools/check_layers.py --json     # the figures and breaches, machine-readable
+    python3 tools/check_layers.py --write-diagram   # regenerate docs/layers.md
+
+Why: a layer that imports the one above it, or a module nobody can hold in their head, is how
+one concern ends up with two homes. The bar: modules <= 450 lines; functions in tools/patchtool
+<= 60 lines; in tools/patchtool imports point down the layer table below (in the domain layer
+only inside the same package); in integration the worker imports neither `grpo` nor the
+drivers. The check also fails when docs/layers.md is not what `--write-diagram` would write.
+Standard library only (tools/ runs before any environment exists).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PATCHTOOL = ROOT / "tools" / "patchtool"
+INTEGRATION = ROOT / "integration" / "mcore_grpo"
+DIAGRAM = ROOT / "docs" / "layers.md"
+MAX_MODULE_LINES = 450
+MAX_FUNCTION_LINES = 60
+
+# tools/patchtool, top to bottom: (layer, module-name prefixes). First match wins.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("commands", ("cli", "command", "commands.", "outcomes")),
+    (
+        "domain",
+        (
+            "core.apply",
+            "core.apply_guards",
+            "core.export",
+            "core.lint",
+            "core.pull_request",
+            "core.patch_status",
+            "verify.",
+            "rebase.",
+            "upstream_check.",
+        ),
+    ),
+    ("source", ("source.", "core.checkout", "core.gitlinks", "core.state", "core.pin_check")),
+    ("model", ("core.manifest", "core.series", "core.paths", "core.trailers")),
+    ("git", ("core.git", "errors", "interrupts", "command_lock")),
+]
+# The layer whose packages (core's domain modules, verify, rebase, upstream_check) do not
+# import one another: each is one concern the commands combine.
+SEPARATE = "domain"
+# integration/mcore_grpo: packages the worker must not import (it is the lower layer).
+WORKER = "worker"
+ABOVE_WORKER = ("grpo", "nemo_rl_driver", "cli")
+
+
+@dataclass
+class Report:
+    """Figures and breaches of one run."""
+
+    breaches: list[str] = field(default_factory=list)
+    modules: dict[str, int] = field(default_factory=dict)
+    long_functions: list[str] = field(default_factory=list)
+    edges: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+
+def module_name(path: Path, base: Path) -> str:
+    parts = list(path.relative_to(base).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def layer_of(name: str) -> tuple[int, str]:
+    """(rank from the top, layer) of a tools/patchtool module; ValueError if unplaced."""
+    for rank, (layer, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if name == prefix or (prefix.endswith(".") and name.startswith(prefix)):
+                return rank, layer
+    raise ValueError(name)
+
+
+def package_of(name: str) -> str:
+    """The package a module belongs to for the same-layer rule (`core`, `verify`, ...)."""
+    return name.split(".")[0] if "." in name else ""
+
+
+def imported(tree: ast.Module, name: str, is_package: bool, top: str) -> list[tuple[str, int]]:
+    """Modules of the same top-level package `top` that `tree` imports (also inside
+    functions): (dotted name relative to `top`, line)."""
+    here = name.split(".") if is_package else name.split(".")[:-1]
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here[: len(here) - (node.level - 1)] if node.level > 1 else here
+                target = ".".join([*base, *(node.module.split(".") if node.module else [])])
+            elif node.module and node.module.startswith(top + "."):
+                target = node.module[len(top) + 1 :]
+            else:
+                continue
+            for alias in node.names:
+                out.append((f"{target}.{alias.name}" if target else alias.name, node.lineno))
+        elif isinstance(node, ast.Import):
+            out += [
+                (a.name[len(top) + 1 :], node.lineno)
+                for a in node.names
+                if a.name.startswith(top + ".")
+            ]
+    return out
+
+
+def resolve(target: str, known: set[str]) -> str | None:
+    """The module `target` names (`pkg.mod.Name` -> `pkg.mod`), if it is one of ours."""
+    while target:
+        if target in known:
+            return target
+        target = target.rpartition(".")[0]
+    return None
+
+
+def sizes(path: Path, rel: str, report: Report, functions: bool) -> ast.Module:
+    text = path.read_text()
+    lines = len(text.splitlines())
+    report.modules[rel] = lines
+    if lines > MAX_MODULE_LINES:
+        report.breaches.append(
+            f"{rel}: {lines} lines (max {MAX_MODULE_LINES}); split it by concern"
+        )
+    tree = ast.parse(text, str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            length = (node.end_lineno or node.lineno) - node.lineno + 1
+            if length > MAX_FUNCTION_LINES:
+                line = (
+                    f"{rel}:{node.lineno}: {node.name} is {length} lines (max {MAX_FUNCTION_LINES})"
+                )
+                report.long_functions.append(line)
+                if functions:
+                    report.breaches.append(line + "; split it")
+    return tree
+
+
+def check_patchtool(report: Report) -> None:
+    files = {module_name(p, PATCHTOOL): p for p in sorted(PATCHTOOL.rglob("*.py"))}
+    known = set(files)
+    for name, path in files.items():
+        rel = str(path.relative_to(ROOT))
+        tree = sizes(path, rel, report, functions=True)
+        if path.name == "__init__.py":  # docstrings only (checked: no imports below)
+            if any(isinstance(n, (ast.Import, ast.ImportFrom)) for n in ast.walk(tree)):
+                report.breaches.append(f"{rel}: a package __init__ that imports; keep it empty")
+            continue
+        try:
+            rank, layer = layer_of(name)
+        except ValueError:
+            report.breaches.append(f"{rel}: no layer; add it to LAYERS in tools/check_layers.py")
+            continue
+        deps = {
+            (resolve(t, known), line) for t, line in imported(tree, name, False, "tools.patchtool")
+        }
+        for dep, line in sorted((d, n) for d, n in deps if d and d != name):
+            dep_rank, dep_layer = layer_of(dep)
+            report.edges[(_node(name), _node(dep))] += 1
+            sideways = layer == SEPARATE and package_of(dep) != package_of(name)
+            if dep_rank < rank or (dep_rank == rank and sideways):
+                report.breaches.append(
+                    f"{rel}:{line}: {layer} module imports {dep} ({dep_layer}); imports point "
+                    "down the layers (tools/check_layers.py LAYERS)"
+                )
+
+
+def check_integration(report: Report) -> None:
+    for path in sorted(INTEGRATION.rglob("*.py")):
+        rel = str(path.relative_to(ROOT))
+        tree = sizes(path, rel, report, functions=False)
+        name = module_name(path, INTEGRATION)
+        if not name.startswith(WORKER + "."):
+            continue
+        for target, line in imported(tree, name, path.name == "__init__.py", "mcore_grpo"):
+            if target.split(".")[0] in ABOVE_WORKER:
+                report.breaches.append(
+                    f"{rel}:{line}: the worker imports mcore_grpo.{target}; pass it in as an "
+                    "argument or move the contract below the worker"
+                )
+
+
+def _node(name: str) -> str:
+    """Diagram node of a module: its layer and package."""
+    _, layer = layer_of(name)
+    return f"{layer}:{package_of(name) or name}"
+
+
+def diagram(report: Report) -> str:
+    """docs/layers.md: the layer table and a Mermaid graph of the real imports."""
+    out = [
+        "# Layers of tools/patchtool (generated)",
+        "",
+        "Generated from the imports by `python3 tools/check_layers.py --write-diagram`; CI checks",
+        "it is current (`.ci/run` step 4, pre-commit hook `layers`). Imports point down: commands",
+        "-> domain -> source -> model -> git; in the domain layer only inside one package. An arrow",
+        "is `importer --> imported`, labelled with the number of import statements.",
+        "",
+        "| layer | modules |",
+        "|---|---|",
+    ]
+    names = sorted(
+        module_name(p, PATCHTOOL) for p in PATCHTOOL.rglob("*.py") if p.stem != "__init__"
+    )
+    for layer, _ in LAYERS:
+        members = [n for n in names if n and layer_of(n)[1] == layer]
+        out.append(f"| {layer} | {', '.join(f'`{m}`' for m in members)} |")
+    out += ["", "```mermaid", "flowchart TD"]
+    nodes = sorted({n for edge in report.edges for n in edge}, key=lambda n: (_rank(n), n))
+    members: dict[str, list[str]] = {}
+    for name in names:
+        members.setdefault(_node(name), []).append(name.rpartition(".")[2])
+    split = {n.split(":")[1] for n in nodes} & {"core"}  # the package that spans layers
+    for layer, _ in LAYERS:
+        out.append(f"  subgraph {layer}")
+        for node in (n for n in nodes if n.split(":")[0] == layer):
+            package = node.split(":")[1]
+            label = f"{package}: {', '.join(members[node])}" if package in split else package
+            out.append(f'    {_id(node)}["{label}"]')
+        out.append("  end")
+    for (a, b), count in sorted(report.edges.items(), key=lambda e: (_rank(e[0][0]), e[0])):
+        if a != b:
+            out.append(f"  {_id(a)} -->|{count}| {_id(b)}")
+    out += ["```", ""]
+    return "\n".join(out)
+
+
+def _rank(node: str) -> int:
+    return [layer for layer, _ in LAYERS].index(node.split(":")[0])
+
+
+def _id(node: str) -> str:
+    return node.replace(":", "_").replace(".", "_")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="figures and breaches as JSON")
+    parser.add_argument(
+        "--write-diagram", action="store_true", help=f"regenerate {DIAGRAM.relative_to(ROOT)}"
+    )
+    args = parser.parse_args(argv)
+    report = Report()
+    check_patchtool(report)
+    check_integration(report)
+    text = diagram(report)
+    if args.write_diagram:
+        DIAGRAM.write_text(text)
+    elif not DIAGRAM.is_file() or DIAGRAM.read_text() != text:
+        report.breaches.append(
+            f"{DIAGRAM.relative_to(ROOT)} is not current; run python3 tools/check_layers.py --write-diagram"
+        )
+    if args.json:
+        big = {m: n for m, n in report.modules.items() if n > MAX_MODULE_LINES}
+        print(
+            json.dumps(
+                {
+                    "ok": not report.breaches,
+                    "breaches": report.breaches,
+                    "modules_over_limit": big,
+                    "long_functions": report.long_functions,
+                },
+                indent=2,
+            )
+        )
+    else:
+        for line in report.breaches:
+            print(f"error: {line}", file=sys.stderr)
+    return 1 if report.breaches else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
