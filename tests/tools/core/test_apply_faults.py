@@ -4,12 +4,15 @@ HEAD, branches, refs, index, worktree, no `git am` in progress."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from tests.support.cpu_load import cpu_burners
 from tests.tools import faulty_git
 from tests.tools.sandbox import REPO_ROOT, Sandbox, lines, run
 
@@ -75,3 +78,45 @@ def test_failing_git_during_apply_leaves_every_checkout_as_it_was(
     )
     assert healthy.returncode == 0, healthy.stderr
     assert "fixed 300\n" in (dn / "mod.py").read_text()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+def test_interrupted_apply_ends_within_seconds_and_restores_the_checkout(
+    sandbox: Sandbox, tmp_path: Path, sig: signal.Signals
+) -> None:
+    """An apply interrupted while `git am` runs (here: a git that sleeps first), started as a
+    background job (SIGINT inherited ignored), on a machine loaded twice per core: it exits 130
+    within 15 s and the checkout is as it was."""
+    repo, pin = sandbox.upstream("Up", {"mod.py": "VALUE = 1\n"})
+    sandbox.add("Up", str(repo), pin)
+    sandbox.set_series(
+        "Up", {"fix.patch": sandbox.make_patch(repo, pin, {"mod.py": "VALUE = 2\n"}, "Fix")}
+    )
+    sandbox.commit()
+    checkout = sandbox.root / "3rdparty/Up"
+    before = _state(checkout)
+    env = dict(os.environ, **faulty_git.install(tmp_path / "bin", "slow_am"), FAULTY_GIT_SLEEP="60")
+    proc = subprocess.Popen(
+        [*TOOL, "--root", str(sandbox.root), "apply"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    lock = sandbox.root / ".git" / "patchtool.lock"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (lock.exists() and lock.read_text()):
+        time.sleep(0.05)
+    time.sleep(1)  # inside the slow `git am`
+    with cpu_burners():
+        sent = time.monotonic()
+        proc.send_signal(sig)
+        try:
+            _, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+        latency = time.monotonic() - sent
+    assert proc.returncode == 130, err
+    assert latency < 15, f"apply took {latency:.1f} s to end after {sig.name}"
+    assert _state(checkout) == before
