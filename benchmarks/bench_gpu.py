@@ -36,6 +36,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "integration"))
 
 from mcore_grpo.grpo.config_loader import load_config  # noqa: E402
+from mcore_grpo.grpo.loss import worker_default_loss  # noqa: E402
 from mcore_grpo.grpo.messages import TaskTokens  # noqa: E402
 from mcore_grpo.grpo.worker_settings import worker_config  # noqa: E402
 from mcore_grpo.worker.config import ModelConfig, WorkerConfig  # noqa: E402
@@ -235,7 +236,7 @@ def run(args: argparse.Namespace) -> list[str]:
     init_single_rank(config.device)
     if config.device == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    worker = MegatronPolicyWorker(config)
+    worker = MegatronPolicyWorker(config, loss_sum_fn=worker_default_loss(config.loss))
     device = worker.device
     m = config.model
     batch = make_batch(args.rows, args.seq, m.vocab_size, device)

@@ -34,6 +34,7 @@ STEPS = 5
 def measure() -> dict[str, float]:
     """One rank's figures (called on both ranks by the spawn)."""
     import torch.distributed as dist
+    from mcore_grpo.grpo.loss import worker_default_loss
     from mcore_grpo.worker.comm_volume import count_gradient_reductions
     from mcore_grpo.worker.cpu import cpu_device
     from mcore_grpo.worker.model import sync_params
@@ -52,7 +53,8 @@ def measure() -> dict[str, float]:
     batch = global_batch(rows=8)
     mine = rank_slice(batch, rank, world)
     out: dict[str, float] = {}
-    worker = MegatronPolicyWorker(tiny_config(level="token", overlap=True))
+    config = tiny_config(level="token", overlap=True)
+    worker = MegatronPolicyWorker(config, loss_sum_fn=worker_default_loss(config.loss))
     initial = {n: t.clone() for n, t in worker.reference.state_dict().items()}
     with count_gradient_reductions(worker.policy.ddp) as volume:
         worker.begin_train_step()
@@ -113,6 +115,7 @@ def measure_fair() -> dict[str, float]:
 
     import torch
     import torch.distributed as dist
+    from mcore_grpo.grpo.loss import worker_default_loss
     from mcore_grpo.worker.config import ModelConfig
     from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 
@@ -131,7 +134,7 @@ def measure_fair() -> dict[str, float]:
             max_sequence_length=FAIR_SEQ,
         ),
     )
-    worker = MegatronPolicyWorker(config)
+    worker = MegatronPolicyWorker(config, loss_sum_fn=worker_default_loss(config.loss))
     rank = dist.get_rank()
     out: dict[str, float] = {}
     for k in FAIR_K:
