@@ -130,6 +130,15 @@ def make_superproject(
     return root
 
 
+def nest(repo: Path, path: str, url: Path, sha: str, message: str) -> str:
+    """Commit `.gitmodules` + a gitlink at `path` -> `sha` (sha need not exist)."""
+    (repo / ".gitmodules").write_text(f'[submodule "x"]\n\tpath = {path}\n\turl = {url}\n')
+    run(["add", ".gitmodules"], repo)
+    run(["update-index", "--add", "--cacheinfo", f"160000,{sha},{path}"], repo)
+    run(["commit", "-q", "-m", message], repo)
+    return run(["rev-parse", "HEAD"], repo)
+
+
 def tree_state(root: Path) -> dict[str, bytes]:
     """Every file under patches/ plus the index's gitlinks: what a failed rebase must not change."""
     state = {

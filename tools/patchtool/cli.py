@@ -32,13 +32,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "set-status": ("set_status", "SET_STATUS"),
     "check-pins": ("check_pins", "CHECK_PINS"),
     "pin": ("pin", "PIN"),
+    "roll": ("roll", "ROLL"),
     "verify": ("verify", "VERIFY"),
     "upstream-check": ("upstream_check", "UPSTREAM_CHECK"),
 }
 
 # Commands that may reach an upstream (clone, fetch, probe) or report where a source came
 # from: they take --mirror-dir (source/mirror.py); PATCHTOOL_MIRROR_DIR applies to every command.
-MIRROR_COMMANDS = frozenset({"apply", "reset", "status", "rebase", "pin", "check-pins"})
+MIRROR_COMMANDS = frozenset({"apply", "reset", "status", "rebase", "pin", "roll", "check-pins"})
 
 
 def load(name: str) -> Command:
@@ -109,6 +110,6 @@ def _use_mirror(args: argparse.Namespace) -> None:
     if directory is None:
         return
     plan = use_mirror(directory, load_manifest(root_of(args)))
-    if args.command in ("apply", "rebase", "pin"):  # the ones that clone or fetch say so
+    if args.command in ("apply", "rebase", "pin", "roll"):  # the ones that clone or fetch say so
         for note in plan.skipped:
             print(f"mirror: {note}; used as without a mirror", file=sys.stderr)

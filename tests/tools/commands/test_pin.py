@@ -14,6 +14,7 @@ from tests.tools.repos import (
     commit,
     init_repo,
     make_patch,
+    nest,
     numbered,
     run,
     trailers,
@@ -40,15 +41,6 @@ proxy = false
 "lib.py" = "lib.py"
 
 """
-
-
-def nest(repo: Path, path: str, url: Path, sha: str, message: str) -> str:
-    """Commit `.gitmodules` + a gitlink at `path` -> `sha` (sha need not exist)."""
-    (repo / ".gitmodules").write_text(f'[submodule "x"]\n\tpath = {path}\n\turl = {url}\n')
-    run(["add", ".gitmodules"], repo)
-    run(["update-index", "--add", "--cacheinfo", f"160000,{sha},{path}"], repo)
-    run(["commit", "-q", "-m", message], repo)
-    return run(["rev-parse", "HEAD"], repo)
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from ..core.git import git, git_text, git_timeout, rev
 from ..core.manifest import Upstream, short, version_for_tag
 from ..errors import PatchToolError
 from ..source.detect import probe_url
+from ..source.mirror import history_mirror
 from ..source.standin import Downloader, materialise_commit, pip_download
 from .result import Base
 
@@ -29,11 +30,12 @@ FETCH_TIMEOUT_S = 900.0
 
 
 def history_repos(root: Path, up: Upstream) -> list[Path]:
-    """The upstream checkout when it is a real clone (never a stand-in repo)."""
+    """The upstream checkout when it is a real clone (never a stand-in repo), then this run's
+    full-history mirror of it (source/mirror.py), if any."""
     repo = root / up.path
-    if not is_real_clone(repo):
-        return []
-    return [repo]
+    repos = [repo] if is_real_clone(repo) else []
+    mirror = history_mirror(up.name)
+    return [*repos, mirror] if mirror is not None else repos
 
 
 def _commit(repo: Path, name: str) -> str:

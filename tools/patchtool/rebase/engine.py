@@ -340,7 +340,10 @@ def _replay(
                     "later patches were classified without this one"
                 )
     result.new_tip = head_of_scratch(scratch)
-    result.range_diff = _range_diff(scratch, result.old, result.old_tip, result.new, result.new_tip)
+    if inputs:  # an empty series has no ranges to compare (range-diff refuses them)
+        result.range_diff = _range_diff(
+            scratch, result.old, result.old_tip, result.new, result.new_tip
+        )
     if first_conflict is not None:
         index, before = first_conflict
         checkout_commit(scratch, before)

@@ -19,6 +19,7 @@ are measured.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -173,14 +174,26 @@ def parse_proxies(values: list[str], default: str) -> dict[str, list[str]]:
     return out
 
 
-def plan(root: Path, moves: list[Move], tripwire: TripwireHook | None) -> list[Planned]:
-    """Replay every moved series (nothing outside scratch dirs is touched)."""
+def plan(
+    root: Path,
+    moves: list[Move],
+    tripwire: TripwireHook | None,
+    *,
+    replay_unmoved: bool = False,
+    tripwire_for: Callable[[Upstream], TripwireHook | None] | None = None,
+) -> list[Planned]:
+    """Replay every moved series (nothing outside scratch dirs is touched).
+
+    `replay_unmoved` replays a series whose upstream stays at its pin too (`roll` gives every
+    patch a verdict); `tripwire_for` picks the hook per upstream (else `tripwire` for all).
+    """
     planned = []
     for move in moves:
         up = move.upstream
-        if move.commit == up.commit:
+        if move.commit == up.commit and not replay_unmoved:
             planned.append(Planned(move, None, None))
             continue
+        hook = tripwire_for(up) if tripwire_for is not None else tripwire
         scratch = Path(tempfile.mkdtemp(prefix=f"patches-pin-{up.name}-"))
         create_scratch(scratch, history_repos(root, up))
         old, new, repos, _ = resolve_bases(scratch, root, up, move.ref, mode=GIT)
@@ -191,7 +204,7 @@ def plan(root: Path, moves: list[Move], tripwire: TripwireHook | None) -> list[P
             new,
             scratch,
             history_repos=repos,
-            tripwire=tripwire,
+            tripwire=hook,
         )
         planned.append(Planned(move, result, scratch))
     return planned

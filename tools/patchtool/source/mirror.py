@@ -7,6 +7,11 @@ holds its pinned commit, git's own `url.<DIR>/<name>.git.insteadOf=<manifest url
 call of this process through `GIT_CONFIG_COUNT`/`GIT_CONFIG_KEY_n`/`GIT_CONFIG_VALUE_n`
 (core/git.py): nothing is written to any config file. An upstream whose mirror is absent or
 lacks the pin (after a pin moved) is left alone: it falls back exactly as without a mirror.
+
+A mirror repository with its full history (not shallow) also lends its objects to the
+rebase scratch repositories (`history_mirror`): `rebase`, `pin` and `roll` then read commits
+and ancestry from it directly, without fetching (a fetch refuses a mirror that lacks blobs,
+such as Megatron-Bridge's docs GIFs).
 """
 
 from __future__ import annotations
@@ -15,11 +20,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.git import git_ok, set_session_config
+from ..core.git import git_ok, git_text, set_session_config
 from ..core.manifest import Manifest
 from ..errors import PatchToolError
 
 ENV_VAR = "PATCHTOOL_MIRROR_DIR"  # cli.py spells it too (no import before it is needed)
+
+_active: list[Path] = []  # the mirror directory of this process, once use_mirror ran
 
 
 @dataclass(frozen=True)
@@ -63,4 +70,16 @@ def use_mirror(directory: Path, manifest: Manifest) -> MirrorPlan:
         )
     plan = plan_mirror(directory, manifest)
     set_session_config(plan.config)
+    _active[:] = [directory]
     return plan
+
+
+def history_mirror(name: str) -> Path | None:
+    """`<mirror>/<name>.git` of this run when it holds full history (not shallow), else None."""
+    if not _active:
+        return None
+    bare = _active[0] / f"{name}.git"
+    if not bare.is_dir():
+        return None
+    shallow = git_text(["rev-parse", "--is-shallow-repository"], bare, check=False)
+    return bare if shallow == "false" else None
