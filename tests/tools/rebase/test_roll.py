@@ -16,7 +16,10 @@ import pytest
 from tests.tools.repos import commit, init_repo, make_patch, nest, numbered, run, trailers
 from tests.tools.repos import tree_state as patches_state
 from tools.patchtool.cli import main
+from tools.patchtool.core.manifest import Upstream
 from tools.patchtool.core.pin_check import check_pins
+from tools.patchtool.rebase.engine import TripwireHook
+from tools.patchtool.rebase.roll import plan_roll, write_roll
 
 pytestmark = pytest.mark.usefixtures("isolated_git", "identity")
 
@@ -146,6 +149,7 @@ def test_retires_a_patch_upstream_merged(stack: dict[str, str | Path]) -> None:
     assert (root / "patches/Megatron-LM/series").read_text() == ""
     assert _gitlinks(root)["Megatron-LM"] == stack["L3"]
     assert "1 upstreamed" in run(["log", "-1", "--format=%B"], root)
+    assert run(["status", "--porcelain", "--", "patches", "docs"], root) == ""
 
 
 def test_a_conflict_stops_with_nothing_changed(
@@ -221,3 +225,24 @@ def test_refuses_without_a_commit_identity(
     assert _roll(root) == 1
     assert "git config user.email" in capsys.readouterr().err
     assert patches_state(root) == before
+
+
+def test_tripwires_run_only_where_the_pin_moves(stack: dict[str, str | Path]) -> None:
+    """The hook is asked for every upstream that moves, and its verdict is the engine's."""
+    root = Path(stack["root"])
+    asked: list[str] = []
+
+    def tripwire_for(up: Upstream) -> TripwireHook:
+        asked.append(up.name)
+        return lambda _name, _patch, _tree: True  # the bug is gone on the new base
+
+    roll = plan_roll(root, str(stack["T2"]), tripwire_for=tripwire_for)
+    write_roll(root, roll, ["tools/patches", "roll"], dry_run=True)
+    assert sorted(asked) == ["Megatron-Bridge", "Megatron-LM", "NeMo-RL"]
+    lib = roll.planned[2].result
+    assert lib is not None and lib.patches[0].classification == "upstreamed"
+    assert [e.kind for e in lib.patches[0].evidence] == ["tripwire"]
+    asked.clear()
+    _main_at(stack, "T1")
+    plan_roll(root, tripwire_for=tripwire_for)
+    assert asked == []

@@ -175,7 +175,9 @@ def write_roll(root: Path, roll: RollPlan, command: list[str], *, dry_run: bool)
 
 def commit_roll(root: Path, roll: RollPlan, written: list[str]) -> str:
     """One commit holding the three pin moves (gitlinks are staged by the writer) and files."""
-    git(["add", "-A", "--", *sorted(set(written))], root)
+    # The series directories too: a retired patch's old path is a deletion `written` omits.
+    dirs = [p.move.upstream.series_dir.as_posix() for p in roll.moved]
+    git(["add", "-A", "--", *sorted({*written, *dirs})], root)
     git(["commit", "-q", "-m", commit_message(roll)], root)
     return git_text(["rev-parse", "HEAD"], root)
 
