@@ -45,6 +45,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "verify.",
             "rebase.",
             "upstream_check.",
+            "status_page.",
         ),
     ),
     ("source", ("source.", "core.checkout", "core.gitlinks", "core.state", "core.pin_check")),

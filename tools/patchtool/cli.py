@@ -33,13 +33,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "check-pins": ("check_pins", "CHECK_PINS"),
     "pin": ("pin", "PIN"),
     "roll": ("roll", "ROLL"),
+    "report": ("report", "REPORT"),
     "verify": ("verify", "VERIFY"),
     "upstream-check": ("upstream_check", "UPSTREAM_CHECK"),
 }
 
 # Commands that may reach an upstream (clone, fetch, probe) or report where a source came
 # from: they take --mirror-dir (source/mirror.py); PATCHTOOL_MIRROR_DIR applies to every command.
-MIRROR_COMMANDS = frozenset({"apply", "reset", "status", "rebase", "pin", "roll", "check-pins"})
+MIRROR_COMMANDS = frozenset(
+    {"apply", "reset", "status", "rebase", "pin", "roll", "report", "check-pins"}
+)
 
 
 def load(name: str) -> Command:

@@ -9,6 +9,7 @@ at the commit the test names.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -246,3 +247,68 @@ def test_tripwires_run_only_where_the_pin_moves(stack: dict[str, str | Path]) ->
     _main_at(stack, "T1")
     plan_roll(root, tripwire_for=tripwire_for)
     assert asked == []
+
+
+def _fake_gh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    gh = bin_dir / "gh"
+    gh.write_text("#!/bin/sh\n" + script)
+    gh.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return bin_dir / "gh.log"
+
+
+def test_open_pr_pushes_the_roll_branch_and_asks_gh(
+    stack: dict[str, str | Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """What the nightly workflow runs: roll --open-pr (argv-only gh, as open-pr does)."""
+    root = Path(stack["root"])
+    origin = tmp_path / "origin.git"
+    run(["init", "-q", "--bare", str(origin)], tmp_path)
+    run(["remote", "add", "origin", str(origin)], root)
+    log = _fake_gh(
+        tmp_path,
+        monkeypatch,
+        'for a in "$@"; do printf "%s\\n" "$a"; done > "$(dirname "$0")/gh.log"\n'
+        'cp "$(sed -n 10p "$(dirname "$0")/gh.log")" "$(dirname "$0")/body.md"\n'
+        "echo https://github.com/example/mcore-rl-stack/pull/9\n",
+    )
+    assert main(["--root", str(root), "report"]) == 0  # the page rides along in the commit
+    run(["add", "docs"], root)
+    run(["commit", "-q", "-m", "page"], root)
+    capsys.readouterr()
+    _main_at(stack, "T2")
+    assert _roll(root, "--open-pr", "--json") == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["pull_request"] == "https://github.com/example/mcore-rl-stack/pull/9"
+    branch = f"roll/nemo-rl-{str(stack['T2'])[:12]}"
+    assert run(["rev-parse", branch], origin) == run(["rev-parse", "HEAD"], root)
+    argv = log.read_text().splitlines()
+    assert argv[:6] == ["pr", "create", "--base", "main", "--head", branch]
+    assert argv[6:8] == ["--title", run(["log", "-1", "--format=%s"], root)]
+    body = (log.parent / "body.md").read_text()
+    assert "Megatron-LM: " in body and "1 offset" in body and "# Carried patches" in body
+    assert "docs/patches.md" in payload["written"]
+    assert run(["status", "--porcelain", "--", "docs"], root) == ""
+
+
+def test_open_pr_failure_says_what_is_left(
+    stack: dict[str, str | Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    root = Path(stack["root"])
+    origin = tmp_path / "origin.git"
+    run(["init", "-q", "--bare", str(origin)], tmp_path)
+    run(["remote", "add", "origin", str(origin)], root)
+    _fake_gh(tmp_path, monkeypatch, "echo 'HTTP 403: no token' >&2\nexit 1\n")
+    _main_at(stack, "T2")
+    assert _roll(root, "--open-pr") == 1
+    err = capsys.readouterr().err
+    assert "gh pr create failed (HTTP 403: no token)" in err and "left to do: gh pr create" in err
+    assert run(["log", "-1", "--format=%s"], root).startswith("Roll the pins")

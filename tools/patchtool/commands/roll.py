@@ -15,6 +15,8 @@ from ..errors import ExitCode
 from ..rebase.engine import TripwireHook
 from ..rebase.report import table
 from ..rebase.roll import MOVE, STOP, RollPlan, check_clean, commit_roll, plan_roll, write_roll
+from ..rebase.roll_pr import open_roll_pr
+from ..status_page.page import PAGE, current_rows, render, write
 from ..verify.pytest_run import venv_python
 from ..verify.tripwire import tripwire_hook
 
@@ -28,6 +30,11 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--dry-run", action="store_true", help="classify only; change nothing")
     parser.add_argument("--json", action="store_true", help="machine-readable result")
+    parser.add_argument(
+        "--open-pr",
+        action="store_true",
+        help="after a move: push the commit to roll/nemo-rl-<sha> on origin and gh pr create",
+    )
     parser.add_argument(
         "--no-tripwires",
         action="store_true",
@@ -51,15 +58,22 @@ def _run(args: argparse.Namespace) -> int:
         progress=lambda line: print(line, file=sys.stderr, flush=True),
     )
     written = write_roll(root, roll, _command_line(args), dry_run=args.dry_run)
-    commit = ""
+    commit, url = "", ""
     if roll.decision == MOVE and not args.dry_run:
+        if (root / PAGE).is_file():  # the status page moves with the series it describes
+            written += write(root, render(*current_rows(root)))
         commit = commit_roll(root, roll, written)
+        if args.open_pr:
+            page = (root / PAGE).read_text(encoding="utf-8") if (root / PAGE).is_file() else ""
+            url = open_roll_pr(root, roll, page=page)
     if args.json:
         payload = roll.to_json()
-        payload.update(dry_run=args.dry_run, written=written, commit=commit)
+        payload.update(dry_run=args.dry_run, written=written, commit=commit, pull_request=url)
         print(json.dumps(payload, indent=2, sort_keys=True))
     else:
         _print(roll, args.dry_run, written, commit)
+        if url:
+            print(f"pull request: {url}")
     return ExitCode.CONFLICT if roll.decision == STOP else ExitCode.OK
 
 

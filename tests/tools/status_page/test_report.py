@@ -1,0 +1,123 @@
+"""`report`: the patch status page from the series, the history and measurements (issue 26)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+
+from tests.tools.repos import (
+    commit,
+    init_repo,
+    make_patch,
+    make_superproject,
+    numbered,
+    run,
+    trailers,
+)
+from tools.patchtool.cli import main
+from tools.patchtool.core.manifest import load_manifest
+from tools.patchtool.status_page.live import pr_state, previous
+from tools.patchtool.status_page.rows import PatchRow, pull_request, series_rows
+
+pytestmark = pytest.mark.usefixtures("isolated_git")
+
+FIXED = [*numbered(30)[:20], "fixed 21", "added 21b", *numbered(30)[21:]]
+PR = "https://github.com/NVIDIA/Megatron-LM/pull/4242"
+
+
+@pytest.fixture
+def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Upstream `Up` (main moves on with a shifted file) and a superproject carrying one fix
+    (committed 2026-01-01: tests/tools/repos.py fixes the dates)."""
+    up = tmp_path / "up"
+    init_repo(up, {"lib.py": numbered(30)})
+    patch = make_patch(up, "v1", {"lib.py": FIXED}, "fix lib", trailers(status=f"submitted {PR}"))
+    commit(up, "main moves", {"lib.py": ["# new", *numbered(30)]})
+    for role in ("AUTHOR", "COMMITTER"):
+        monkeypatch.setenv(f"GIT_{role}_NAME", "Dev")
+        monkeypatch.setenv(f"GIT_{role}_EMAIL", "dev@example.invalid")
+    return make_superproject(tmp_path / "super", up, patches=[("fix.patch", patch)])
+
+
+def _rows(root: Path) -> list[PatchRow]:
+    return series_rows(root, load_manifest(root).upstreams["Up"])
+
+
+def test_rows_say_what_the_repository_knows(root: Path) -> None:
+    (row,) = _rows(root)
+    assert (row.subject, row.added, row.removed) == ("fix lib", 2, 1)
+    assert (row.status, row.pr_repo, row.pr_number) == (
+        f"submitted {PR}",
+        "NVIDIA/Megatron-LM",
+        4242,
+    )
+    assert row.first_carried == "2026-01-01"
+    assert row.test == "tests/test_x.py::test_fix"
+
+
+def test_pull_request_is_read_from_any_trailer_value() -> None:
+    assert pull_request(["pending", "backport of https://github.com/a/b/pull/7"]) == ("a/b", 7)
+    assert pull_request(["pending"]) == ("", 0)
+
+
+def test_report_then_check(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--root", str(root), "report"]) == 0
+    page = (root / "docs/patches.md").read_text()
+    assert "| Up | `fix.patch` | fix lib | 2026-01-01 | 0 | +2 -1 |" in page
+    assert "not measured" in page
+    assert main(["--root", str(root), "report", "--check"]) == 0
+    (root / "patches/Up/series").write_text("")
+    assert main(["--root", str(root), "report", "--check"]) == 1
+    err = capsys.readouterr().err
+    assert "docs/patches.md, docs/patches.json not current" in err and "tools/patches report" in err
+
+
+def test_measure_classifies_on_main_and_keeps_it_for_the_same_bytes(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"  # git, and no gh: the PR state is unknown offline
+    bin_dir.mkdir()
+    (bin_dir / "git").symlink_to(shutil.which("git") or "/usr/bin/git")
+    monkeypatch.setenv("PATH", str(bin_dir))
+    assert main(["--root", str(root), "report", "--measure"]) == 0
+    doc = json.loads((root / "docs/patches.json").read_text())
+    m = doc["patches"][0]["measurement"]
+    assert (m["head"], m["pr_state"], m["tripwire"]) == ("offset", "unknown offline", "not run")
+    assert doc["as_of"] == m["measured"]
+    # Offline regeneration keeps the measurement: the page stays current.
+    assert main(["--root", str(root), "report", "--check"]) == 0
+    # A changed patch loses it (a measurement belongs to the bytes it measured).
+    path = root / "patches/Up/fix.patch"
+    path.write_bytes(path.read_bytes().replace(b"Why: a test fix.", b"Why: a better fix."))
+    assert main(["--root", str(root), "report"]) == 0
+    again = previous(root / "docs/patches.json")
+    assert again[("Up", "fix.patch")].head == "not measured"
+
+
+def test_pr_state_asks_gh_with_an_argument_list(root: Path, tmp_path: Path) -> None:
+    log = tmp_path / "gh.log"
+    gh = tmp_path / "gh"
+    gh.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {log}\necho MERGED\n')
+    gh.chmod(gh.stat().st_mode | stat.S_IEXEC)
+    (row,) = _rows(root)
+    assert pr_state(row, str(gh)) == "MERGED"
+    assert log.read_text().split("\n")[:5] == ["pr", "view", "4242", "--repo", "NVIDIA/Megatron-LM"]
+    failing = tmp_path / "gh-fails"
+    failing.write_text("#!/bin/sh\nexit 1\n")
+    failing.chmod(0o755)
+    assert pr_state(row, str(failing)) == "unknown offline"
+
+
+def test_a_shallow_clone_is_refused(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shallow = tmp_path / "shallow"
+    run(["clone", "-q", "--depth", "1", f"file://{root}", str(shallow)], tmp_path)
+    assert main(["--root", str(shallow), "report", "--check"]) == 1
+    assert "shallow clone" in capsys.readouterr().err
+    assert os.path.isdir(shallow)

@@ -1,0 +1,125 @@
+"""`tools/patches report [--measure [--tripwires]] [--check] [--json]`: the patch status page,
+docs/patches.md and docs/patches.json (status_page/). `--measure` asks the outside world (the
+upstream's main through the rebase engine, `gh` for PR states); without it, the committed
+page's measurements are kept for byte-identical patches. `--check` writes nothing and exits 1
+when the committed page is not what `report` would write.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from dataclasses import replace
+from datetime import date
+from pathlib import Path
+
+from ..command import Command, root_of
+from ..core.manifest import Upstream, load_manifest
+from ..errors import ExitCode, PatchToolError
+from ..rebase.bases import GIT
+from ..rebase.flow import run_rebase
+from ..rebase.result import PatchResult
+from ..status_page.live import UNKNOWN, Measurement, pr_state
+from ..status_page.page import DOCUMENT, PAGE, current_rows, render, stale, write
+from ..status_page.rows import PatchRow
+from ..verify.pytest_run import venv_python
+from ..verify.tripwire import tripwire_hook
+
+
+def _configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--measure",
+        action="store_true",
+        help="measure PR states (gh) and how each patch applies to its upstream's main",
+    )
+    parser.add_argument("--branch", default="main", help="the upstream head to measure against")
+    parser.add_argument(
+        "--tripwires",
+        action="store_true",
+        help="with --measure: run each Test: on the head without its patch (needs the venv)",
+    )
+    parser.add_argument("--check", action="store_true", help="compare with the committed page")
+    parser.add_argument("--json", action="store_true", help="print the JSON document")
+
+
+def _run(args: argparse.Namespace) -> int:
+    root = root_of(args)
+    rows, live = current_rows(root)
+    if args.measure and not args.check:
+        live = _measure(root, list(load_manifest(root).upstreams.values()), rows, live, args)
+    texts = render(rows, live)
+    if args.check:
+        behind = stale(root, texts)
+        if behind:
+            raise PatchToolError(
+                f"{', '.join(p.as_posix() for p in behind)} not current (the series changed "
+                "since it was generated); run tools/patches report and commit the result"
+            )
+        print(f"{PAGE} and {DOCUMENT} are current ({len(rows)} patches)")
+        return ExitCode.OK
+    if args.json:
+        print(texts[DOCUMENT], end="")
+        return ExitCode.OK
+    write(root, texts)
+    print(f"wrote {PAGE} and {DOCUMENT} ({len(rows)} patches)")
+    return ExitCode.OK
+
+
+def _measure(
+    root: Path,
+    upstreams: list[Upstream],
+    rows: list[PatchRow],
+    live: list[Measurement],
+    args: argparse.Namespace,
+) -> list[Measurement]:
+    """New measurements for every row: head classification (per upstream), tripwire, PR."""
+    today = date.today().isoformat()
+    heads: dict[tuple[str, str], tuple[PatchResult | None, str]] = {}
+    python = venv_python(root) if args.tripwires else None
+    for up in upstreams:
+        if not any(r.upstream == up.name for r in rows):
+            continue
+        print(f"report: {up.name}: replaying the series on {args.branch}", file=sys.stderr)
+        hook = tripwire_hook(root, up.name, python) if python is not None else None
+        with tempfile.TemporaryDirectory(prefix="patches-report-") as tmp:
+            try:
+                result, _, _ = run_rebase(
+                    root, up.name, args.branch, dry_run=True, mode=GIT,
+                    report_path=Path(tmp) / "report.md", tripwire=hook,
+                )  # fmt: skip
+            except PatchToolError as exc:
+                print(f"report: {up.name}: {UNKNOWN} ({exc})", file=sys.stderr)
+                continue
+        for res in result.patches:
+            heads[(up.name, res.name)] = (res, result.new.upstream_commit)
+    out = []
+    for row, m in zip(rows, live, strict=True):
+        res, commit = heads.get((row.upstream, row.name), (None, ""))
+        out.append(
+            replace(
+                m,
+                pr_state=pr_state(row),
+                head=res.classification if res is not None else UNKNOWN,
+                head_commit=commit,
+                tripwire=_tripwire_verdict(res),
+                measured=today,
+                sha256=row.sha256,
+            )
+        )
+    return out
+
+
+def _tripwire_verdict(res: PatchResult | None) -> str:
+    if res is None:
+        return UNKNOWN
+    if any(e.kind == "tripwire" for e in res.evidence):
+        return "passes without the patch"
+    if any(n.startswith("tripwire (hook could not") for n in res.not_checked):
+        return "could not run"
+    if any(n.startswith("tripwire (no test hook") for n in res.not_checked):
+        return "not run"
+    return "fails without the patch"
+
+
+REPORT = Command("report", "write the patch status page (docs/patches.md, .json)", _configure, _run)

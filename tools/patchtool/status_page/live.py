@@ -1,0 +1,74 @@
+"""What only the outside world can say about a patch: its PR's state, whether it still applies
+to the upstream head, and its tripwire there. Measured when asked (`report --measure`),
+otherwise carried forward from the committed page for the same patch bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .rows import PatchRow
+
+UNKNOWN = "unknown offline"
+NOT_MEASURED = "not measured"
+GH_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """The live fields of one patch and when/against what they were measured."""
+
+    pr_state: str = NOT_MEASURED
+    head: str = NOT_MEASURED  # clean | offset | merged-3way | conflict | upstreamed
+    head_commit: str = ""
+    tripwire: str = NOT_MEASURED
+    measured: str = ""  # YYYY-MM-DD
+    sha256: str = ""
+
+
+def previous(json_path: Path) -> dict[tuple[str, str], Measurement]:
+    """The measurements of the committed page, by (upstream, patch); {} when there is none."""
+    if not json_path.is_file():
+        return {}
+    data = json.loads(json_path.read_text(encoding="utf-8"))
+    out = {}
+    for row in data.get("patches", []):
+        fields = {k: row["measurement"][k] for k in Measurement.__dataclass_fields__}
+        out[(row["upstream"], row["name"])] = Measurement(**fields)
+    return out
+
+
+def carried(row: PatchRow, old: dict[tuple[str, str], Measurement]) -> Measurement:
+    """The earlier measurement when the patch file is byte-identical, else nothing measured."""
+    prior = old.get((row.upstream, row.name))
+    return prior if prior is not None and prior.sha256 == row.sha256 else Measurement()
+
+
+def pr_state(row: PatchRow, gh: str | None = None) -> str:
+    """OPEN / MERGED / CLOSED from `gh pr view` (argv only), "no PR recorded", or unknown."""
+    if not row.pr_number:
+        return "no PR recorded"
+    gh_path = gh if gh is not None else shutil.which("gh")
+    if not gh_path:
+        return UNKNOWN
+    cmd = [gh_path, "pr", "view", str(row.pr_number), "--repo", row.pr_repo]
+    try:
+        proc = subprocess.run(
+            [*cmd, "--json", "state", "--jq", ".state"],
+            capture_output=True,
+            text=True,
+            timeout=GH_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return UNKNOWN
+    state = proc.stdout.strip()
+    return state if proc.returncode == 0 and state else UNKNOWN
+
+
+def to_json(m: Measurement) -> dict[str, str]:
+    return asdict(m)
