@@ -10,12 +10,19 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from tests.support.cpu_load import cpu_burners, load_average
+from tests.tools import faulty_git
 from tests.tools.repos import commit, init_repo, make_patch, nest, numbered, run, trailers
 from tests.tools.repos import tree_state as patches_state
+from tests.tools.sandbox import REPO_ROOT
 from tools.patchtool.cli import main
 from tools.patchtool.core.manifest import Upstream
 from tools.patchtool.core.pin_check import check_pins
@@ -312,3 +319,44 @@ def test_open_pr_failure_says_what_is_left(
     err = capsys.readouterr().err
     assert "gh pr create failed (HTTP 403: no token)" in err and "left to do: gh pr create" in err
     assert run(["log", "-1", "--format=%s"], root).startswith("Roll the pins")
+
+
+def test_an_interrupted_roll_ends_within_seconds_and_changes_nothing(
+    stack: dict[str, str | Path], tmp_path: Path
+) -> None:
+    """SIGINT to a roll started as a background job (SIGINT inherited ignored), inside a slow
+    `git am` of the replay, with every core busy twice over: exit 130 within the bound, the
+    superproject as it was, no scratch directory left (issue 25)."""
+    root = Path(stack["root"])
+    _main_at(stack, "T2")
+    before, head = patches_state(root), run(["rev-parse", "HEAD"], root)
+    scratch_tmp = tmp_path / "scratch-tmp"
+    scratch_tmp.mkdir()
+    env = dict(os.environ, **faulty_git.install(tmp_path / "bin", "slow_am"))
+    env.update(FAULTY_GIT_SLEEP="60", TMPDIR=str(scratch_tmp))
+    tool = [sys.executable, str(REPO_ROOT / "tools" / "patches"), "--root", str(root)]
+    proc = subprocess.Popen(
+        [*tool, "roll", "--no-tripwires"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    deadline = time.monotonic() + 60
+    while not list(scratch_tmp.glob("patches-pin-Megatron-LM-*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1)  # inside the slow `git am`
+    with cpu_burners():
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+        latency = time.monotonic() - sent
+    print(f"roll ended {latency:.2f} s after SIGINT (load average {load_average():.1f})")
+    assert proc.returncode == 130, err
+    assert latency < 15, f"roll took {latency:.1f} s to end after SIGINT"
+    assert patches_state(root) == before and run(["rev-parse", "HEAD"], root) == head
+    assert [p.name for p in scratch_tmp.iterdir() if p.name.startswith("patches-")] == []

@@ -187,27 +187,42 @@ def plan(
     `replay_unmoved` replays a series whose upstream stays at its pin too (`roll` gives every
     patch a verdict); `tripwire_for` picks the hook per upstream (else `tripwire` for all).
     """
-    planned = []
-    for move in moves:
-        up = move.upstream
-        if move.commit == up.commit and not replay_unmoved:
-            planned.append(Planned(move, None, None))
-            continue
-        hook = tripwire_for(up) if tripwire_for is not None else tripwire
-        scratch = Path(tempfile.mkdtemp(prefix=f"patches-pin-{up.name}-"))
+    planned: list[Planned] = []
+    try:
+        for move in moves:
+            planned.append(_replay(root, move, replay_unmoved, tripwire_for, tripwire))
+    except BaseException:  # an error or Ctrl-C: no scratch directory is left behind
+        for p in planned:
+            if p.scratch is not None:
+                remove_scratch(p.scratch)
+        raise
+    return planned
+
+
+def _replay(
+    root: Path,
+    move: Move,
+    replay_unmoved: bool,
+    tripwire_for: Callable[[Upstream], TripwireHook | None] | None,
+    tripwire: TripwireHook | None,
+) -> Planned:
+    """One series replayed on `move`'s commit in a new scratch directory (removed on failure)."""
+    up = move.upstream
+    if move.commit == up.commit and not replay_unmoved:
+        return Planned(move, None, None)
+    hook = tripwire_for(up) if tripwire_for is not None else tripwire
+    scratch = Path(tempfile.mkdtemp(prefix=f"patches-pin-{up.name}-"))
+    try:
         create_scratch(scratch, history_repos(root, up))
         old, new, repos, _ = resolve_bases(scratch, root, up, move.ref, mode=GIT)
         result = rebase_series(
-            up.name,
-            read_patches(root, up),
-            old,
-            new,
-            scratch,
-            history_repos=repos,
-            tripwire=hook,
-        )
-        planned.append(Planned(move, result, scratch))
-    return planned
+            up.name, read_patches(root, up), old, new, scratch,
+            history_repos=repos, tripwire=hook,
+        )  # fmt: skip
+    except BaseException:
+        remove_scratch(scratch)
+        raise
+    return Planned(move, result, scratch)
 
 
 def run_pin(
