@@ -175,6 +175,10 @@ def test_a_conflict_stops_with_nothing_changed(
         "Megatron-LM",
     ]
     assert patches_state(root) == before and run(["rev-parse", "HEAD"], root) == head
+    assert payload["next_steps"] == [
+        ["tools/patches", "rebase", "Megatron-LM", "--to", stack["L4"]],
+        ["tools/patches", "roll", "--to-nemo-rl", stack["T4"]],
+    ]
 
 
 def test_dry_run_reports_and_changes_nothing(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 
 from ..command import Command, root_of
@@ -14,7 +15,16 @@ from ..core.manifest import Upstream, load_manifest, short
 from ..errors import ExitCode
 from ..rebase.engine import TripwireHook
 from ..rebase.report import table
-from ..rebase.roll import MOVE, STOP, RollPlan, check_clean, commit_roll, plan_roll, write_roll
+from ..rebase.roll import (
+    MOVE,
+    STOP,
+    RollPlan,
+    check_clean,
+    commit_roll,
+    next_steps,
+    plan_roll,
+    write_roll,
+)
 from ..rebase.roll_pr import open_roll_pr
 from ..status_page.page import PAGE, current_rows, render, write
 from ..verify.pytest_run import venv_python
@@ -69,6 +79,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         payload = roll.to_json()
         payload.update(dry_run=args.dry_run, written=written, commit=commit, pull_request=url)
+        payload["next_steps"] = next_steps(roll)
         print(json.dumps(payload, indent=2, sort_keys=True))
     else:
         _print(roll, args.dry_run, written, commit)
@@ -94,7 +105,9 @@ def _print(roll: RollPlan, dry_run: bool, written: list[str], commit: str) -> No
     print()
     if roll.decision == STOP:
         print("stop: " + "; ".join(roll.blockers) + " (a roll moves only clean, offset or")
-        print("upstreamed patches); nothing outside the scratch directories changed")
+        print("upstreamed patches); nothing changed. Resolve, then roll again:")
+        for cmd in next_steps(roll):
+            print("  " + shlex.join(cmd))
     elif roll.decision != MOVE:
         print("up to date: every pin is already at the triple")
     elif dry_run:

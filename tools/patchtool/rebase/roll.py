@@ -40,6 +40,7 @@ class RollPlan:
     """The triple a roll aims at, every series replayed on it, and what blocks the move."""
 
     target_ref: str
+    target_commit: str
     planned: list[Planned]
     blockers: list[str] = field(default_factory=list)
 
@@ -56,6 +57,7 @@ class RollPlan:
     def to_json(self) -> dict[str, object]:
         return {
             "target_ref": self.target_ref,
+            "target_commit": self.target_commit,
             "decision": self.decision,
             "blockers": self.blockers,
             "triple": [
@@ -138,7 +140,7 @@ def plan_roll(
         return tripwire_for(up) if tripwire_for is not None and moving else None
 
     planned = plan(root, moves, None, replay_unmoved=True, tripwire_for=hook)
-    return RollPlan(label, planned, _blockers(planned))
+    return RollPlan(label, moves[0].commit, planned, _blockers(planned))
 
 
 def _blockers(planned: list[Planned]) -> list[str]:
@@ -154,11 +156,16 @@ def _blockers(planned: list[Planned]) -> list[str]:
 
 
 def write_roll(root: Path, roll: RollPlan, command: list[str], *, dry_run: bool) -> list[str]:
-    """Write every moved series, pin and report (nothing when held back: a dry run or a stop).
+    """Write every moved series, pin and report; nothing when held back (a dry run or a stop).
 
-    Scratch directories are removed, except a conflicting one (kept for finishing by hand).
+    Every scratch directory is removed: a blocked series is resolved with `rebase` (the
+    commands in `next_steps`), which keeps its conflict for finishing by hand.
     """
-    hold = dry_run or roll.decision != MOVE
+    if dry_run or roll.decision != MOVE:
+        for p in roll.planned:
+            if p.scratch is not None:
+                remove_scratch(p.scratch)
+        return []
     written: list[str] = []
     for p in roll.planned:
         assert p.result is not None and p.scratch is not None
@@ -167,10 +174,21 @@ def write_roll(root: Path, roll: RollPlan, command: list[str], *, dry_run: bool)
             continue
         _, files = finish(
             root, p.move.upstream, p.result, p.scratch, markdown(p.result, command, ""),
-            hold=hold, new_commit=p.move.commit, new_tag=p.result.new.tag,
+            hold=False, new_commit=p.move.commit, new_tag=p.result.new.tag,
         )  # fmt: skip
         written += [f for f in files if f not in written]
     return written
+
+
+def next_steps(roll: RollPlan) -> list[list[str]]:
+    """For a stopped roll: the `rebase` that resolves each blocked series, then the roll again."""
+    blocked = {b.split("/", 1)[0] for b in roll.blockers}
+    steps = [
+        ["tools/patches", "rebase", p.move.upstream.name, "--to", p.move.commit]
+        for p in roll.planned
+        if p.move.upstream.name in blocked
+    ]
+    return [*steps, ["tools/patches", "roll", "--to-nemo-rl", roll.target_commit]] if steps else []
 
 
 def commit_roll(root: Path, roll: RollPlan, written: list[str]) -> str:
