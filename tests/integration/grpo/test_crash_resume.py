@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cpu_load import cpu_burners
+from tests.support.cpu_load import cpu_burners, load_average
 
 pytestmark = [
     pytest.mark.cpu_only(reason="runs the cpu-tiny preset (policy.device=cpu)"),
@@ -111,6 +111,7 @@ def test_interrupt_ends_a_ray_run_within_seconds_on_a_loaded_machine(
         finally:
             proc.kill()
         latency = time.monotonic() - sent
+    print(f"mcore-grpo ended {latency:.2f} s after SIGINT (load average {load_average():.1f})")
     assert proc.returncode == 130, stderr_path.read_text()[-2000:]
     assert latency < 15, f"the run took {latency:.1f} s to end after SIGINT"
     assert "--resume" in stderr_path.read_text()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cpu_load import cpu_burners
+from tests.support.cpu_load import cpu_burners, load_average
 from tests.tools import faulty_git
 from tests.tools.sandbox import REPO_ROOT, Sandbox, lines, run
 
@@ -117,6 +117,7 @@ def test_interrupted_apply_ends_within_seconds_and_restores_the_checkout(
         finally:
             proc.kill()
         latency = time.monotonic() - sent
+    print(f"apply ended {latency:.2f} s after {sig.name} (load average {load_average():.1f})")
     assert proc.returncode == 130, err
     assert latency < 15, f"apply took {latency:.1f} s to end after {sig.name}"
     assert _state(checkout) == before

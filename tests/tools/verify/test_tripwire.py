@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cpu_load import cpu_burners
+from tests.support.cpu_load import cpu_burners, load_average
 from tests.tools.sandbox import REPO_ROOT, Sandbox, run, write
 from tools.patchtool.commands.verify import render_table
 from tools.patchtool.core.apply import apply_upstream
@@ -257,6 +257,7 @@ def test_interrupted_verify_leaves_the_checkout_patched_and_nothing_behind(
         finally:
             verify.kill()
         latency = time.monotonic() - sent
+    print(f"verify ended {latency:.2f} s after {sig.name} (load average {load_average():.1f})")
     assert verify.returncode == 130, err
     assert latency < INTERRUPT_BOUND_S, f"verify took {latency:.1f} s to end after {sig.name}"
     assert (checkout / "mod.py").read_text() == "VALUE = 2\n"
