@@ -22,6 +22,8 @@ from ..core.checkout import (
 from ..core.git import git, git_text, git_timeout, rev
 from ..core.manifest import Upstream
 from ..errors import GitError, PatchToolError
+from .mirror import mirror_repo
+from .partial import absent_note, checkout_partial
 from .standin import Downloader, materialise_standin, pip_download, spec_of
 
 
@@ -74,11 +76,13 @@ def detect_source(root: Path, up: Upstream) -> Source:
     if not has_commit(repo, up.commit):
         return Source(MISSING, "", f"{up.path} has no commit {up.commit[:12]} (fetch it)")
     fetch_url = git_text(["ls-remote", "--get-url", "origin"], repo, check=False)
+    note = absent_note(repo)
+    note = f" ({note})" if note else ""
     if fetch_url and fetch_url != up.url:
-        return Source(MIRROR, up.commit, f"clone via local mirror {fetch_url}")
+        return Source(MIRROR, up.commit, f"clone via local mirror {fetch_url}{note}")
     mirror = cloned_from(repo)
     if mirror and mirror != up.url:
-        return Source(MIRROR, up.commit, f"clone of the pin from mirror {mirror}")
+        return Source(MIRROR, up.commit, f"clone of the pin from mirror {mirror}{note}")
     return Source(SUBMODULE, up.commit, f"submodule clone of {up.url}")
 
 
@@ -164,6 +168,19 @@ def try_submodule(root: Path, up: Upstream) -> tuple[bool, str, bool]:
     return False, f"git submodule update failed ({why})", True
 
 
+def _from_partial_mirror(root: Path, up: Upstream) -> Source | None:
+    """The exact pin out of this run's mirror when a transfer from it failed (partial.py)."""
+    bare = mirror_repo(up.name)
+    repo = checkout_dir(root, up)
+    if bare is None or not has_commit(bare, up.commit):
+        return None
+    if repo.exists() and any(repo.iterdir()):
+        return None
+    checkout_partial(root, up, bare)
+    source = detect_source(root, up)
+    return source if source.kind != MISSING else None
+
+
 def ensure_source(
     root: Path,
     up: Upstream,
@@ -192,6 +209,9 @@ def ensure_source(
         if source.kind != MISSING:
             return source
         why = source.detail
+    partial = _from_partial_mirror(root, up)
+    if partial is not None:
+        return partial
     if up.standin is None:
         fix = (
             "provide the submodule, e.g. from a local clone: git config --global "

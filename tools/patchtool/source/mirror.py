@@ -74,6 +74,14 @@ def use_mirror(directory: Path, manifest: Manifest) -> MirrorPlan:
     return plan
 
 
+def mirror_repo(name: str) -> Path | None:
+    """`<mirror>/<name>.git` of this run, if a mirror directory is active and holds one."""
+    if not _active:
+        return None
+    bare = _active[0] / f"{name}.git"
+    return bare if bare.is_dir() else None
+
+
 def history_mirror(name: str) -> Path | None:
     """`<mirror>/<name>.git` of this run when it holds full history (not shallow), else None."""
     if not _active:
