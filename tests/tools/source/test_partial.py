@@ -60,6 +60,10 @@ def test_partial_mirror_gives_the_exact_pin_with_the_absent_paths_named(sandbox:
     assert not (checkout / GIF).exists()
     assert run(checkout, "rev-parse", "refs/patchtool/pin") == pin
     assert run(checkout, "status", "--porcelain") == ""
+    assert run(checkout, "ls-files", "-v", GIF) == f"S {GIF}"
+    assert (
+        run(checkout, "config", "--type=bool", "--default=false", "core.sparseCheckout") == "false"
+    )
     assert not (checkout / ".git/objects/info/alternates").exists()  # outlives the mirror
     row = json.loads(_tool(sandbox, "status", "--json").stdout)["upstreams"][0]
     assert row["source"] == "mirror", row

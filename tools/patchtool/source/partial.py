@@ -4,9 +4,9 @@ Why: the only Megatron-Bridge snapshot on these machines lacks two documentation
 transport refuses to send an incomplete tree, so `clone`/`submodule update` from it fail and
 apply fell back to a release proxy. Every other object of the pin is there, so the checkout
 gets the mirror's objects copied in (no alternate: the checkout must outlive the mirror), its
-`shallow` file, and a sparse checkout leaving out exactly the paths whose blobs are absent
-(found by asking the object store, not by name). HEAD is then the exact pin and the sources are
-the real ones; `status` says which paths are absent.
+`shallow` file, and a checkout of every file but exactly the paths whose blobs are absent
+(found by asking the object store, not by name), marked skip-worktree. HEAD is then the exact
+pin and the sources are the real ones; `status` says which paths are absent.
 """
 
 from __future__ import annotations
@@ -67,12 +67,21 @@ def checkout_partial(root: Path, up: Upstream, bare: Path) -> list[str]:
         if (bare / "shallow").is_file():
             shutil.copy(bare / "shallow", repo / ".git" / "shallow")
         git(["update-ref", "refs/heads/pin", up.commit], repo)
-        git(["sparse-checkout", "set", "--no-cone", "/*", *(f"!/{p}" for p in absent)], repo)
+        # A sparse checkout for the checkout itself only: `git checkout` then marks the absent
+        # paths skip-worktree, and `read-tree` + `reapply` leave a primed cache-tree (`git am`
+        # then reuses the trees of untouched directories instead of needing every blob).
+        # Written by hand, not `git sparse-checkout set`: that puts core.sparseCheckout in
+        # config.worktree. Switched off at the end, keeping the bits: left on, sparse checkout
+        # would own every skip-worktree bit and clear those nested wiring sets on its links.
+        sparse = repo / ".git" / "info" / "sparse-checkout"
+        sparse.parent.mkdir(parents=True, exist_ok=True)
+        sparse.write_text("/*\n" + "".join(f"!/{path}\n" for path in absent))
+        git(["config", "core.sparseCheckout", "true"], repo)
         git(["checkout", "-q", "pin"], repo)
-        # Prime the cache-tree: `git am` then reuses the trees of untouched directories
-        # instead of needing every blob (the absent ones included) to write a tree.
         git(["read-tree", up.commit], repo)
         git(["sparse-checkout", "reapply"], repo)
+        git(["config", "--unset", "core.sparseCheckout"], repo)
+        sparse.unlink()
         git(["remote", "add", "origin", str(bare)], repo)
         record_cloned_from(repo, str(bare))
         if absent:
