@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from mcore_grpo.grpo.local_ray import start_local_ray
 from mcore_grpo.grpo.messages import TaskTokens
 from mcore_grpo.grpo.rank import PolicyRank
 from mcore_grpo.grpo.schema import RunConfig
@@ -105,13 +106,7 @@ class RayRunner:
             if address:
                 ray.init(address=address, log_to_driver=True)
             else:
-                cpus = max(world_size, os.cpu_count() or 1)
-                ray.init(
-                    num_cpus=cpus,
-                    include_dashboard=False,
-                    log_to_driver=True,
-                    configure_logging=False,
-                )
+                start_local_ray(world_size)
             self._started_ray = True
         # Each CPU actor gets an equal share of the cores for its torch threads.
         threads = None if gpu else max(1, (os.cpu_count() or 1) // world_size)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mcore_grpo.grpo.local_ray import start_local_ray
 from mcore_grpo.grpo.messages import TaskTokens
 from mcore_grpo.grpo.runner import RayRunner
 from mcore_grpo.grpo.schema import ConfigError, RunConfig, check_data_parallel
@@ -23,29 +24,6 @@ from mcore_grpo.nemo_rl_driver.config import master_config
 from mcore_grpo.nemo_rl_driver.data import build_dataloader
 from mcore_grpo.nemo_rl_driver.source import ensure_on_path
 from mcore_grpo.nemo_rl_driver.tokenizer import task_tokenizer
-
-# ray.init gives the raylet a fixed 30 s to register; on a loaded 2-core machine it can take
-# longer ("The current node timed out during startup"). A fresh start then succeeds.
-RAY_START_ATTEMPTS = 3
-
-
-def start_ray(workers: int) -> None:
-    """Start a local Ray (no dashboard) for `workers` actors; retried if the node is slow."""
-    import ray
-
-    for attempt in range(1, RAY_START_ATTEMPTS + 1):
-        try:
-            ray.init(
-                num_cpus=max(workers, os.cpu_count() or 1),
-                include_dashboard=False,
-                log_to_driver=True,
-                configure_logging=False,
-            )
-            return
-        except Exception as err:
-            if "timed out during startup" not in str(err) or attempt == RAY_START_ATTEMPTS:
-                raise
-            ray.shutdown()
 
 
 @dataclass
@@ -143,7 +121,7 @@ def setup_run(config: RunConfig, workers: int, output_dir: Path) -> NemoRLRun:
     tokens = TaskTokens(vocab_size=task.vocab_size, pad_id=task.pad_id, eos_id=task.eos_id)
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # inherited by the actors
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")  # see mcore_grpo.grpo.runner
-    start_ray(workers)
+    start_local_ray(workers)
     runner = RayRunner(config, tokens, workers, rank_cls=NemoRLRank)
     policy = NemoRLPolicy(runner, dp, tokenizer, master.policy)
     try:
