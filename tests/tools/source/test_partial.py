@@ -13,6 +13,7 @@ from pathlib import Path
 from tests.tools.sandbox import UNREACHABLE, Sandbox, run
 from tests.tools.source.test_mirror import _shallow_bare, _tool
 from tools.patchtool.source.partial import absent_paths
+from tools.patchtool.verify.trees import series_tree
 
 GIF = "docs/images/big.gif"
 
@@ -71,3 +72,11 @@ def test_partial_mirror_gives_the_exact_pin_with_the_absent_paths_named(sandbox:
     assert row["patches_applied"] == 1, row
     noop = _tool(sandbox, "apply", "--mirror-dir", str(mirror))
     assert noop.returncode == 0 and "already applied" in noop.stdout, noop.stdout + noop.stderr
+
+
+def test_verify_reads_the_partial_checkout_without_the_absent_paths(sandbox: Sandbox) -> None:
+    mirror, _ = _partial_mirror(sandbox)
+    assert _tool(sandbox, "apply", "--mirror-dir", str(mirror)).returncode == 0
+    tree = series_tree(sandbox.root / "3rdparty/Up", sandbox.tmp / "series-tree")
+    assert (tree / "docs/guide.md").read_text() == "guide, fixed\n"
+    assert not (tree / GIF).exists()

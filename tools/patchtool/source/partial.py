@@ -40,9 +40,14 @@ def absent_paths(bare: Path, commit: str) -> list[str]:
     return sorted(path for sha in missing for path in blobs[sha])
 
 
+def recorded_absent_paths(repo: Path) -> list[str]:
+    """The paths `checkout_partial` left out of `repo` (none for any other checkout)."""
+    return git_text(["config", "--get", ABSENT_KEY], repo, check=False).split()
+
+
 def absent_note(repo: Path) -> str:
     """`partial: N paths absent: a, b, ...` for a checkout made here, else ""."""
-    paths = git_text(["config", "--get", ABSENT_KEY], repo, check=False).split()
+    paths = recorded_absent_paths(repo)
     if not paths:
         return ""
     shown = ", ".join(paths[:3]) + (f", ... ({len(paths) - 3} more)" if len(paths) > 3 else "")

@@ -16,13 +16,16 @@ from pathlib import Path
 from ..core.git import git, git_bytes
 from ..core.series import Patch
 from ..errors import GitError, PatchToolError
+from ..source.partial import recorded_absent_paths
 
 
 def series_tree(repo: Path, dest: Path) -> Path:
     """The checkout's HEAD (the patched series) as a plain scratch tree; the checkout is only
     read (`git archive`), never changed."""
     dest.mkdir(parents=True)
-    archive = git_bytes(["archive", "--format=tar", "HEAD"], repo)
+    # A checkout from a partial mirror lacks a few blobs (partial.py): the tree without them.
+    excluded = [f":(exclude){path}" for path in recorded_absent_paths(repo)]
+    archive = git_bytes(["archive", "--format=tar", "HEAD", "--", ".", *excluded], repo)
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(dest, filter="data")
     return dest
