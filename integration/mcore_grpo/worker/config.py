@@ -12,7 +12,7 @@ LossLevel = Literal["token", "sequence"]
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """GPT dimensions; on GPU `hf_checkpoint` (via Megatron-Bridge) overrides them."""
+    """GPT dimensions; `hf_checkpoint` (through Megatron-Bridge, CPU or CUDA) overrides them."""
 
     num_layers: int = 2
     hidden_size: int = 32

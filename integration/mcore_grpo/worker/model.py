@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -157,21 +158,18 @@ def wrap_precision(config: WorkerConfig, tcfg: Any, gpt: torch.nn.Module) -> tor
 
 
 def _build_from_hf(config: WorkerConfig) -> tuple[Any, torch.nn.Module]:
-    """Load a Hugging Face checkpoint through Megatron-Bridge (GPU only)."""
-    if config.device != "cuda":
-        raise NotImplementedError(
-            "WorkerConfig.model.hf_checkpoint needs device='cuda': Megatron-Bridge builds "
-            "TE-spec models. Leave hf_checkpoint=None for the tiny CPU model."
+    """A Hugging Face checkpoint through Megatron-Bridge, CPU and CUDA alike: the layer spec
+    is Bridge's default (TE where installed, else local, per the patched series)."""
+    from mcore_grpo.worker.bridge_source import import_auto_bridge
+
+    checkpoint = Path(str(config.model.hf_checkpoint))
+    if checkpoint.exists() and not (checkpoint / "config.json").is_file():
+        raise ValueError(
+            f"model.hf_checkpoint {checkpoint} is not a Hugging Face checkpoint (no config.json): "
+            "point it at a directory written by save_pretrained, or at a Hub model id"
         )
-    try:
-        # Optional GPU-only dependency, absent from the CPU venv pyrefly checks against.
-        from megatron.bridge import AutoBridge  # pyrefly: ignore[missing-import]
-    except ImportError as err:
-        raise ImportError(
-            "WorkerConfig.model.hf_checkpoint is set but Megatron-Bridge is not installed; "
-            "install megatron-bridge (3rdparty/Megatron-Bridge) or set hf_checkpoint=None."
-        ) from err
-    bridge = AutoBridge.from_hf_pretrained(config.model.hf_checkpoint)
+    auto_bridge = import_auto_bridge()
+    bridge = auto_bridge.from_hf_pretrained(config.model.hf_checkpoint, torch_dtype=_dtype(config))
     provider = bridge.to_megatron_provider(load_weights=True)
     p = config.parallel
     provider.tensor_model_parallel_size = p.tensor_model_parallel_size
@@ -182,10 +180,21 @@ def _build_from_hf(config: WorkerConfig) -> tuple[Any, torch.nn.Module]:
     provider.bf16 = config.precision == "bfloat16"
     provider.params_dtype = _dtype(config)
     provider.calculate_per_token_loss = True
+    # Deterministic forward, as for the built-in model (split/one-shot step parity).
+    provider.hidden_dropout = 0.0
+    provider.attention_dropout = 0.0
+    cpu = config.device == "cpu"
+    provider.use_cpu_initialization = cpu
+    if cpu:  # apex/TE kernels the CPU path has none of
+        provider.gradient_accumulation_fusion = False
+        provider.apply_rope_fusion = False
+        provider.bias_dropout_fusion = False
+        provider.masked_softmax_fusion = False
+        provider.bias_activation_fusion = False
     provider.finalize()
-    models = provider.provide_distributed_model(wrap_with_ddp=False)
+    models = provider.provide_distributed_model(wrap_with_ddp=False, use_cpu_initialization=cpu)
     gpt = models[0]
-    return gpt.config, gpt
+    return gpt.config, gpt.to(config.torch_device)
 
 
 def build_policy(config: WorkerConfig) -> PolicyModel:

@@ -1,0 +1,46 @@
+"""Tiny random Hugging Face checkpoints, written locally with `transformers` (no download).
+
+What the Megatron-Bridge path is tested and demonstrated on without a GPU or network: real HF
+architectures (Qwen2/Qwen2.5-style: qkv bias; Qwen3-style: q/k norms, explicit head_dim) at a
+few hundred thousand parameters. Every norm weight and bias is moved off its initial value
+(ones/zeros), so a weight the conversion fails to map cannot go unnoticed by a logits check.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+Arch = Literal["qwen2", "qwen3"]
+ARCHS: tuple[Arch, ...] = ("qwen2", "qwen3")
+
+
+def write_tiny_checkpoint(path: Path, arch: Arch = "qwen2", seed: int = 0) -> Path:
+    """`save_pretrained` of a 2-layer random `arch` model (fp32, GQA 4:2, vocab 256) at `path`."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    shape = dict(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)
+    if arch == "qwen2":
+        model = Qwen2ForCausalLM(Qwen2Config(**shape))
+    elif arch == "qwen3":
+        model = Qwen3ForCausalLM(Qwen3Config(head_dim=16, **shape))
+    else:
+        raise ValueError(f"unknown tiny architecture {arch!r}: choose one of {', '.join(ARCHS)}")
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                param.add_(0.1 * torch.randn_like(param))
+    model.save_pretrained(path)  # fp32: the default dtype of a fresh model
+    return path
