@@ -16,9 +16,10 @@ from tests.tools.sandbox import REPO_ROOT, Sandbox, run, write
 from tools.patchtool.commands.verify import render_table
 from tools.patchtool.core.apply import apply_upstream
 from tools.patchtool.core.manifest import load_manifest
-from tools.patchtool.core.series import parse_patch
+from tools.patchtool.core.series import FileDiff, Patch, parse_patch
 from tools.patchtool.verify.tripwire import (
     NOT_RUN,
+    import_roots,
     tripwire_hook,
     verify_upstream,
     verify_upstreams,
@@ -311,3 +312,28 @@ def test_every_state_is_a_process_of_its_own_on_every_upstreams_tree(sandbox: Sa
     assert series == {"series"}  # the other upstream's tree is its series tree
     own = sorted(Path(r[2] if r[0] == "Up" else r[3]).name for r in rows)
     assert own == ["series", "series", "without-fix", "without-fix"]
+
+
+def _touching(*paths: str) -> Patch:
+    patch = Patch(path=Path("x.patch"))
+    patch.files = [FileDiff(old_path=p, new_path=p, line=1) for p in paths]
+    return patch
+
+
+def test_import_roots_stop_at_the_first_regular_package(tmp_path: Path) -> None:
+    """Megatron-LM (`megatron/core`) and Megatron-Bridge (`src/megatron/bridge`) share the
+    namespace package `megatron`: each owns only its regular package below it, else every
+    state of a two-upstream verify finds one upstream's modules in the other's tree."""
+    root, lm, bridge = tmp_path / "project", tmp_path / "lm", tmp_path / "bridge"
+    (root / "tests").mkdir(parents=True)
+    write(lm, {"megatron/core/__init__.py": "", "megatron/core/distributed/__init__.py": ""})
+    write(
+        bridge, {"src/megatron/bridge/__init__.py": "", "src/megatron/bridge/peft/__init__.py": ""}
+    )
+    lm_roots = import_roots(
+        [_touching("megatron/core/distributed/ddp.py", "setup.py", "docs/conf.txt")], root, lm
+    )
+    assert lm_roots == ["megatron.core", "setup"]
+    bridge_patch = _touching("src/megatron/bridge/peft/lora_layers.py", "tests/test_x.py")
+    assert import_roots([bridge_patch], root, bridge) == ["megatron.bridge"]
+    assert import_roots([_touching("pkg/nested/mod.py")], root, bridge) == ["pkg.nested"]

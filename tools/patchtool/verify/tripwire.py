@@ -90,20 +90,44 @@ class _Plan:
     ]  # (with the series, without the patch) per testable
 
 
-def import_roots(patches: list[Patch], root: Path) -> list[str]:
-    """The upstream's import packages the series touches (e.g. `megatron`, `nemo_rl`): the
-    top-level name of every Python file a patch changes (`src/` layouts stripped), less names
-    this repository itself has at its root (its own `tests`, `tools`)."""
+def import_roots(patches: list[Patch], root: Path, repo: Path) -> list[str]:
+    """The upstream's import packages the series touches (e.g. `megatron.core`, `nemo_rl`).
+
+    A changed Python file's package is the first regular package (a directory with an
+    `__init__.py` in `repo`, the upstream's checkout) on its path, `src/` layouts stripped:
+    Megatron-LM's `megatron/core` and Megatron-Bridge's `src/megatron/bridge` share the
+    namespace package `megatron`, and claiming all of `megatron` for both would make every
+    state import one upstream from the other's tree. Names this repository itself has at
+    its root (its own `tests`, `tools`) are left out.
+    """
     names: set[str] = set()
     for patch in patches:
         for changed in patch.files:
             for rel in filter(None, (changed.path, changed.old_path)):
-                parts = rel.split("/")
-                if parts[0] == "src" and len(parts) > 1:
-                    parts = parts[1:]
-                if parts[-1].endswith(".py"):
-                    names.add(parts[0].removesuffix(".py"))
-    return sorted(n for n in names if not (root / n).exists() and not (root / f"{n}.py").exists())
+                if rel.endswith(".py"):
+                    names.add(_package_of(rel, repo))
+    return sorted(n for n in names if not _ours(n, root))
+
+
+def _package_of(rel: str, repo: Path) -> str:
+    """`rel`'s import package: its dotted path down to the first regular package (or the
+    module itself at top level, or the deepest directory when every level is a namespace)."""
+    parts = rel.split("/")
+    base = repo
+    if parts[0] == "src" and len(parts) > 1:
+        parts, base = parts[1:], repo / "src"
+    dirs = parts[:-1]
+    if not dirs:
+        return parts[0].removesuffix(".py")
+    for depth in range(1, len(dirs) + 1):
+        if (base.joinpath(*dirs[:depth]) / "__init__.py").is_file():
+            return ".".join(dirs[:depth])
+    return ".".join(dirs)
+
+
+def _ours(package: str, root: Path) -> bool:
+    top = package.split(".")[0]
+    return (root / top).exists() or (root / f"{top}.py").exists()
 
 
 def plan_upstream(root: Path, up: Upstream) -> _Plan:
@@ -139,7 +163,7 @@ def plan_upstream(root: Path, up: Upstream) -> _Plan:
         if not proof.tests:
             proof.verdict, proof.detail = "no tripwire", "the patch has no Test: trailer"
     testable = [(proof, patch) for proof, patch in testable if proof.tests]
-    packages = import_roots([patch for _, patch in series], root)
+    packages = import_roots([patch for _, patch in series], root, repo)
     states = [
         (
             VerifyState(up.name, repo, proof.tests, None, packages, name=patch.path.name),
