@@ -5,6 +5,7 @@
     uv run mcore-grpo --preset qwen2.5-1.5b-math --workers 4   # GPU machine
     uv run mcore-grpo --output-dir runs/cpu-tiny --resume grpo.max_num_steps=60
     uv run mcore-grpo --driver nemo-rl --workers 2      # NeMo-RL's grpo_train drives the worker
+    uv run mcore-grpo --preset cpu-hf-tiny --export-hf runs/hf-out   # HF in, GRPO, HF out
 
 Positional arguments are NeMo-RL style ``key=value`` overrides of the preset/config file.
 """
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from mcore_grpo.grpo.checkpoint import CheckpointError
 from mcore_grpo.grpo.config_loader import DEFAULT_PRESET, load_config, preset_names
+from mcore_grpo.grpo.hf_model import is_hf_model, resolve_model
 from mcore_grpo.grpo.messages import TaskTokens
 from mcore_grpo.grpo.metrics import summarize
 from mcore_grpo.grpo.runner import WorkerFailed, make_runner
@@ -92,6 +94,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
     parser.add_argument(
+        "--export-hf",
+        type=Path,
+        metavar="DIR",
+        help="after the last step, write the policy to DIR as a Hugging Face checkpoint "
+        "(tokenizer included; HF models only). With --resume and no steps left: export the "
+        "checkpointed model",
+    )
+    parser.add_argument(
         "--driver",
         choices=DRIVERS,
         default="mcore",
@@ -149,6 +159,16 @@ def main(argv: list[str] | None = None) -> int:
             setting,
         )
     output_dir = args.output_dir or Path("runs") / args.preset
+    try:
+        if args.export_hf is not None and not is_hf_model(config.policy.model_name):
+            raise ConfigError(
+                f"--export-hf needs a Hugging Face model (policy.model_name: a checkpoint, a Hub "
+                f"id or tiny-hf-qwen2); {config.policy.model_name} has no Hugging Face format"
+            )
+        config = resolve_model(config, output_dir)
+    except ConfigError as err:
+        print(f"mcore-grpo: config error: {err}", file=sys.stderr)
+        return 2
     task = build_task(config.task.name, config.task.max_addend, config.task.num_terms)
     tokens = TaskTokens(vocab_size=task.vocab_size, pad_id=task.pad_id, eos_id=task.eos_id)
 
@@ -175,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             fail_at_step=fail_step,
         )
         interrupt_on_signals()  # again: ray.init installs a handler that aborts on SIGTERM
-        loop = GRPOLoop(config, task, runner, output_dir)
+        loop = GRPOLoop(config, task, runner, output_dir, export_hf=args.export_hf)
         result = loop.run(resume=args.resume, progress=not args.no_progress)
     except (ConfigError, CheckpointError, ValueError) as err:
         print(f"mcore-grpo: {err}", file=sys.stderr)
@@ -207,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         result.plot_path,
         result.checkpoint_path,
     )
+    if result.hf_path is not None:
+        log.info("Hugging Face checkpoint: %s", result.hf_path)
     return 0
 
 
@@ -221,7 +243,7 @@ def run_nemo_rl_driver(args: argparse.Namespace, config: RunConfig, output_dir: 
         return 2
     _log_run(args, config, output_dir)
     try:
-        result = driver.run(config, args.workers, output_dir)
+        result = driver.run(config, args.workers, output_dir, export_hf=args.export_hf)
     except NemoRLUnavailable as err:
         print(f"mcore-grpo: --driver nemo-rl: {err}", file=sys.stderr)
         return 2
@@ -241,6 +263,8 @@ def run_nemo_rl_driver(args: argparse.Namespace, config: RunConfig, output_dir: 
         sum(rewards[-5:]) / max(1, len(rewards[-5:])),
     )
     log.info("NeMo-RL logs: %s", result.log_dir)
+    if result.hf_path is not None:
+        log.info("Hugging Face checkpoint: %s", result.hf_path)
     return 0
 
 

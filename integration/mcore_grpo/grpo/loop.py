@@ -49,6 +49,8 @@ log = logging.getLogger("mcore_grpo")
 # Not a user setting.
 INJECT_KILL_ENV = "MCORE_GRPO_INJECT_KILL"
 
+HF_DIR = "hf"  # a checkpoint's policy in Hugging Face format (checkpointing.save_consolidated)
+
 
 def _injected_kill(point: str, step: int) -> None:
     if os.environ.get(INJECT_KILL_ENV) == f"{point}:{step}":
@@ -63,6 +65,7 @@ class RunResult:
     metrics_path: Path | None = None
     plot_path: Path | None = None
     checkpoint_path: Path | None = None
+    hf_path: Path | None = None  # the trained policy in Hugging Face format, when exported
 
 
 def split_even(items: list[Any], parts: int) -> list[list[Any]]:
@@ -110,8 +113,11 @@ class GRPOLoop:
         output_dir: Path,
         *,
         on_step: Callable[[dict[str, Any]], None] | None = None,
+        export_hf: Path | None = None,
     ) -> None:
+        """`export_hf`: where the policy goes in Hugging Face format after the last step."""
         self.config = config
+        self.export_hf_dir = export_hf.resolve() if export_hf is not None else None
         self.task = task
         self.runner = runner
         # Absolute: Ray actors run in their own working directory.
@@ -231,6 +237,8 @@ class GRPOLoop:
         tmp = checkpoint.begin_save(self.output_dir, step)
         written = self.runner.call("save", [(str(tmp),)] * self.runner.world_size)
         files = [entry for rank_files in written for entry in rank_files]
+        if self.config.checkpointing.save_consolidated:
+            self.export(tmp / HF_DIR)
         _injected_kill("save", step)
         cfg = self.config
         return checkpoint.finish_save(
@@ -242,6 +250,11 @@ class GRPOLoop:
             files,
             keep=cfg.checkpointing.keep_top_k,
         )
+
+    def export(self, path: Path) -> Path:
+        """The policy in Hugging Face format at `path` (every rank takes part; rank 0 writes)."""
+        self.runner.call("export_hf", [(str(path),)] * self.runner.world_size)
+        return path
 
     def resume(self) -> int:
         """Load the latest checkpoint of `output_dir`; returns the step it ended."""
@@ -296,6 +309,10 @@ class GRPOLoop:
         saved_last = period > 0 and max_steps % period == 0  # the loop saved it already
         if self.config.checkpointing.enabled and first <= max_steps and not saved_last:
             result.checkpoint_path = self.save(max_steps)
+        if self.export_hf_dir is not None:
+            result.hf_path = self.export(self.export_hf_dir)
+        elif self.config.checkpointing.save_consolidated and result.checkpoint_path is not None:
+            result.hf_path = result.checkpoint_path / HF_DIR
         result.records = read_metrics(metrics_path)
         if result.records:
             result.plot_path = plot_metrics(

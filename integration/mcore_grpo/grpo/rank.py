@@ -185,6 +185,14 @@ class PolicyRank:
             )
         return files
 
+    def export_hf(self, path: str) -> str:
+        """The policy as a Hugging Face checkpoint at `path` (collective; rank 0 writes)."""
+        from mcore_grpo.worker.hf_export import export_hf
+
+        self.worker.prepare_for_lp_inference()  # param sync: every rank's weights current
+        export_hf(self.worker.config, self.worker.policy.gpt, Path(path))
+        return path
+
     def load(self, rank_file: str, reference_file: str) -> None:
         """Restore weights, optimizer shard and reference weights from a checkpoint."""
         from mcore_grpo.grpo import checkpoint

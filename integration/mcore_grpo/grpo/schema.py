@@ -281,6 +281,10 @@ class CheckpointingSection:
     enabled: bool = True
     save_period: int = 10
     keep_top_k: int = 3
+    # NeMo-RL's key ("consolidated checkpoints, for HF compatibility"): every checkpoint also
+    # holds the policy as a Hugging Face checkpoint (`hf/`, exported through Megatron-Bridge,
+    # tokenizer included), so the last one is the trained model in HF format. HF models only.
+    save_consolidated: bool = False
 
 
 @dataclass
@@ -333,6 +337,12 @@ def validate(config: RunConfig) -> None:
         raise ConfigError(
             f"checkpointing.save_period={config.checkpointing.save_period}: must be >= 0 "
             "(0: only at the end of the run)"
+        )
+    if config.checkpointing.save_consolidated and p.model_name == "tiny-gpt":
+        raise ConfigError(
+            "checkpointing.save_consolidated=true needs a Hugging Face model "
+            "(policy.model_name: a checkpoint, a Hub id or tiny-hf-qwen2); tiny-gpt has no "
+            "Hugging Face format"
         )
     if config.checkpointing.keep_top_k < 1:
         raise ConfigError(

@@ -92,6 +92,7 @@ def cpu_overrides(config: RunConfig, workers: int, output_dir: Path) -> list[str
         "checkpointing.save_period": config.checkpointing.save_period or g.max_num_steps,
         "checkpointing.metric_name": None,
         "checkpointing.keep_top_k": config.checkpointing.keep_top_k,
+        "checkpointing.save_consolidated": config.checkpointing.save_consolidated,
     }
     return [f"{key}={_value(value)}" for key, value in settings.items()]
 

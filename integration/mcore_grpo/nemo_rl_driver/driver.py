@@ -26,6 +26,7 @@ class NemoRLResult:
     rewards: list[float]
     log_dir: Path
     wall_s: float
+    hf_path: Path | None = None  # the trained policy in Hugging Face format, when exported
 
 
 def source_description() -> str:
@@ -43,8 +44,11 @@ def source_description() -> str:
     return f"{root} @ {head}"
 
 
-def run(config: RunConfig, workers: int, output_dir: Path) -> NemoRLResult:
-    """Train with NeMo-RL's `grpo_train`; raises `source.NemoRLUnavailable` without NeMo-RL."""
+def run(
+    config: RunConfig, workers: int, output_dir: Path, export_hf: Path | None = None
+) -> NemoRLResult:
+    """Train with NeMo-RL's `grpo_train`; raises `source.NemoRLUnavailable` without NeMo-RL.
+    `export_hf`: where the policy goes in Hugging Face format after training."""
     start = time.perf_counter()
     source.check_importable()
     log.info(
@@ -55,9 +59,13 @@ def run(config: RunConfig, workers: int, output_dir: Path) -> NemoRLResult:
     from mcore_grpo.nemo_rl_driver.setup import setup_run
 
     pieces = setup_run(config, workers, output_dir)
+    hf_path = None
     try:
         pieces.train()
+        if export_hf is not None:
+            hf_path = Path(pieces.policy.export_hf(str(export_hf.resolve())))
+            log.info("policy exported in Hugging Face format: %s", hf_path)
     finally:
         pieces.shutdown()
     log_dir = Path(pieces.master_config.logger["log_dir"])
-    return NemoRLResult(reward_curve(log_dir), log_dir, time.perf_counter() - start)
+    return NemoRLResult(reward_curve(log_dir), log_dir, time.perf_counter() - start, hf_path)

@@ -11,6 +11,7 @@ colocated-Megatron `grpo_train` never calls, and that need what this CPU worker 
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -199,10 +200,19 @@ class NemoRLPolicy(ColocatablePolicyInterface):
         checkpointing_cfg: Any = None,
         **kwargs: Any,
     ) -> None:
-        """Every rank's weights (and optimizer shard); the tokenizer from the driver."""
+        """Every rank's weights (and optimizer shard); the tokenizer from the driver; with
+        NeMo-RL's `checkpointing.save_consolidated`, the policy in Hugging Face format beside
+        them (`policy/hf`, tokenizer included)."""
         self.run_all("save_checkpoint", weights_path, optimizer_path)
         if tokenizer_path is not None:
             self.tokenizer.save_pretrained(tokenizer_path)
+        if checkpointing_cfg is not None and checkpointing_cfg.get("save_consolidated", False):
+            self.export_hf(str(Path(weights_path).parent / "hf"))
+
+    def export_hf(self, path: str) -> str:
+        """The policy as a Hugging Face checkpoint at `path` (every rank; rank 0 writes)."""
+        self.run_all("export_hf", path)
+        return path
 
     def finalize_async_save(self) -> None:
         """Nothing pending: `save_checkpoint` writes synchronously before it returns."""

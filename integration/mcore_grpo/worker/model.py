@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -160,15 +159,15 @@ def wrap_precision(config: WorkerConfig, tcfg: Any, gpt: torch.nn.Module) -> tor
 def _build_from_hf(config: WorkerConfig) -> tuple[Any, torch.nn.Module]:
     """A Hugging Face checkpoint through Megatron-Bridge, CPU and CUDA alike: the layer spec
     is Bridge's default (TE where installed, else local, per the patched series)."""
+    from mcore_grpo.worker import hf_checkpoint
     from mcore_grpo.worker.bridge_source import import_auto_bridge
 
-    checkpoint = Path(str(config.model.hf_checkpoint))
-    if checkpoint.exists() and not (checkpoint / "config.json").is_file():
-        raise ValueError(
-            f"model.hf_checkpoint {checkpoint} is not a Hugging Face checkpoint (no config.json): "
-            "point it at a directory written by save_pretrained, or at a Hub model id"
-        )
+    source = str(config.model.hf_checkpoint)
+    hf = hf_checkpoint.read_hf_config(source)
     auto_bridge = import_auto_bridge()
+    if hf is not None:
+        hf_checkpoint.check_architecture(source, hf, auto_bridge.list_supported_models())
+        hf_checkpoint.check_parallel_layout(source, hf, config.parallel)
     bridge = auto_bridge.from_hf_pretrained(config.model.hf_checkpoint, torch_dtype=_dtype(config))
     provider = bridge.to_megatron_provider(load_weights=True)
     p = config.parallel

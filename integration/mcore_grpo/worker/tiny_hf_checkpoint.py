@@ -9,7 +9,7 @@ few hundred thousand parameters. Every norm weight and bias is moved off its ini
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -17,8 +17,11 @@ Arch = Literal["qwen2", "qwen3"]
 ARCHS: tuple[Arch, ...] = ("qwen2", "qwen3")
 
 
-def write_tiny_checkpoint(path: Path, arch: Arch = "qwen2", seed: int = 0) -> Path:
-    """`save_pretrained` of a 2-layer random `arch` model (fp32, GQA 4:2, vocab 256) at `path`."""
+def write_tiny_checkpoint(
+    path: Path, arch: Arch = "qwen2", seed: int = 0, tokenizer: Any = None
+) -> Path:
+    """`save_pretrained` of a 2-layer random `arch` model (fp32, GQA 4:2, vocab 256) at `path`,
+    and of `tokenizer` (a `transformers` tokenizer, at most 256 ids) beside it when given."""
     from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
     shape = dict(
@@ -42,5 +45,12 @@ def write_tiny_checkpoint(path: Path, arch: Arch = "qwen2", seed: int = 0) -> Pa
         for name, param in model.named_parameters():
             if "norm" in name or name.endswith("bias"):
                 param.add_(0.1 * torch.randn_like(param))
+    if tokenizer is not None:
+        if len(tokenizer) > shape["vocab_size"]:
+            raise ValueError(
+                f"a tokenizer of {len(tokenizer)} ids does not fit the tiny model's "
+                f"{shape['vocab_size']}-row embedding"
+            )
+        tokenizer.save_pretrained(path)
     model.save_pretrained(path)  # fp32: the default dtype of a fresh model
     return path

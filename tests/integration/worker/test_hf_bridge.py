@@ -1,8 +1,12 @@
-"""A Hugging Face checkpoint into the worker's model through Megatron-Bridge, on the CPU.
+"""A Hugging Face checkpoint into the worker's model and back out, through Megatron-Bridge,
+on the CPU.
 
 The oracle is `transformers` itself: the Megatron model Bridge builds from a tiny random
 Qwen2/Qwen3 checkpoint (local layer spec, no Transformer Engine) gives the same logits as the
-`transformers` model loaded from the same files, fp32, at TP=1 and TP=2 (gloo).
+`transformers` model loaded from the same files, fp32, at TP=1 and TP=2 (gloo); and a model
+whose weights changed after the import (as training changes them) exported by
+`worker.hf_export` loads in `transformers` with the changed model's logits, its tokenizer
+beside it. Bad input is refused in one line naming the fix.
 """
 
 from __future__ import annotations
@@ -48,6 +52,43 @@ def _megatron_logits(checkpoint: str, tp: int) -> torch.Tensor:
         parallel_state.destroy_model_parallel()
 
 
+def _export_changed_model(checkpoint: str, out: str, tp: int) -> torch.Tensor:
+    """One rank: the model from `checkpoint` at `tp`, every weight moved (each TP shard by its
+    own amount), exported to `out`; this rank's logits after."""
+    from mcore_grpo.worker.cpu import cpu_device, model_parallel_seed
+    from mcore_grpo.worker.forward import policy_logits
+    from mcore_grpo.worker.hf_export import export_hf
+    from mcore_grpo.worker.model import build_gpt
+    from megatron.core import parallel_state
+
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp)
+    try:
+        model_parallel_seed(0, "cpu")
+        config = WorkerConfig(
+            device="cpu",
+            model=ModelConfig(hf_checkpoint=checkpoint),
+            parallel=ParallelConfig(tensor_model_parallel_size=tp),
+        )
+        # A TP shard moves by its own amount; a replicated weight (norms, row-parallel bias)
+        # moves alike on every rank, as training keeps the copies equal.
+        shard_moves = torch.Generator().manual_seed(
+            100 + parallel_state.get_tensor_model_parallel_rank()
+        )
+        replica_moves = torch.Generator().manual_seed(99)
+        with cpu_device("cpu"), torch.no_grad():
+            _, gpt = build_gpt(config)
+            for param in gpt.parameters():
+                sharded = getattr(param, "tensor_model_parallel", False)
+                moves = shard_moves if sharded else replica_moves
+                param.add_(0.05 * torch.randn(param.shape, generator=moves))
+            tokens = _tokens()
+            logits = policy_logits(gpt, tokens, torch.ones_like(tokens, dtype=torch.bool))
+        export_hf(config, gpt, Path(out))
+        return logits
+    finally:
+        parallel_state.destroy_model_parallel()
+
+
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("tp", [1, 2])
@@ -71,4 +112,60 @@ def test_a_directory_that_is_not_an_hf_checkpoint_is_refused_naming_the_fix(tmp_
 
     config = WorkerConfig(device="cpu", model=ModelConfig(hf_checkpoint=str(tmp_path)))
     with pytest.raises(ValueError, match=r"is not a Hugging Face checkpoint \(no config.json\)"):
+        build_gpt(config)
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("tp", [1, 2])
+def test_export_of_a_changed_model_loads_in_transformers_with_its_logits_and_tokenizer(
+    tmp_path: Path, tp: int
+) -> None:
+    from mcore_grpo.grpo.hf_model import task_hf_tokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = write_tiny_checkpoint(tmp_path / "in", "qwen2", tokenizer=task_hf_tokenizer())
+    out = tmp_path / "out"
+    by_rank = spawn_ranks(
+        functools.partial(_export_changed_model, str(source), str(out), tp), free_port(), world=tp
+    )
+    with torch.no_grad():
+        exported = AutoModelForCausalLM.from_pretrained(out).float()(_tokens()).logits
+    before = AutoModelForCausalLM.from_pretrained(source).float()(_tokens()).logits
+    assert (exported - before).abs().max().item() > 0.1  # the export holds the changed weights
+    for rank, logits in by_rank.items():
+        diff = (logits[..., : exported.shape[-1]] - exported).abs().max().item()
+        print(f"export TP={tp} rank {rank}: max |megatron - exported transformers| = {diff:.2e}")
+        assert diff <= TOLERANCE, f"TP={tp} rank {rank}: {diff:.2e}"
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    assert tokenizer is not None
+    assert (
+        tokenizer("<bos> 7 + 1 =")["input_ids"] == task_hf_tokenizer()("<bos> 7 + 1 =")["input_ids"]
+    )
+
+
+def test_an_architecture_bridge_cannot_map_is_refused_naming_the_supported_ones(
+    tmp_path: Path,
+) -> None:
+    from mcore_grpo.worker.model import build_gpt
+
+    (tmp_path / "config.json").write_text('{"architectures": ["GPT2LMHeadModel"]}')
+    config = WorkerConfig(device="cpu", model=ModelConfig(hf_checkpoint=str(tmp_path)))
+    with pytest.raises(
+        ValueError, match=r"GPT2LMHeadModel has no Megatron-Bridge mapping.*Qwen2ForCausalLM"
+    ):
+        build_gpt(config)
+
+
+def test_a_tp_size_not_dividing_the_heads_is_refused_naming_the_sizes_that_fit(
+    tmp_path: Path,
+) -> None:
+    from mcore_grpo.worker.model import build_gpt
+
+    checkpoint = write_tiny_checkpoint(tmp_path / "qwen3", "qwen3")  # 4 heads, 2 kv heads
+    config = WorkerConfig(
+        device="cpu",
+        model=ModelConfig(hf_checkpoint=str(checkpoint)),
+        parallel=ParallelConfig(tensor_model_parallel_size=4),
+    )
+    with pytest.raises(ValueError, match=r"tensor_model_parallel_size 4 does not divide.*\[1, 2\]"):
         build_gpt(config)
