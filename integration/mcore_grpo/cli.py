@@ -6,6 +6,7 @@
     uv run mcore-grpo --output-dir runs/cpu-tiny --resume grpo.max_num_steps=60
     uv run mcore-grpo --driver nemo-rl --workers 2      # NeMo-RL's grpo_train drives the worker
     uv run mcore-grpo --preset cpu-hf-tiny --export-hf runs/hf-out   # HF in, GRPO, HF out
+    uv run mcore-grpo --preset qwen3-30b-a3b --dry-run   # layout + memory per GPU, on a CPU
 
 Positional arguments are NeMo-RL style ``key=value`` overrides of the preset/config file.
 """
@@ -13,6 +14,7 @@ Positional arguments are NeMo-RL style ``key=value`` overrides of the preset/con
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
@@ -22,6 +24,7 @@ from pathlib import Path
 
 from mcore_grpo.grpo.checkpoint import CheckpointError
 from mcore_grpo.grpo.config_loader import DEFAULT_PRESET, load_config, preset_names
+from mcore_grpo.grpo.dry_run import check_layout
 from mcore_grpo.grpo.hf_model import is_hf_model, resolve_model
 from mcore_grpo.grpo.messages import TaskTokens
 from mcore_grpo.grpo.metrics import summarize
@@ -76,7 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--config", type=Path, help="YAML config file applied over the preset")
     parser.add_argument(
-        "--workers", type=int, default=1, help="policy workers (Ray actors); default 1"
+        "--workers",
+        type=int,
+        default=None,
+        help="policy workers (Ray actors, one per GPU); default 1 (--dry-run: the preset's "
+        "cluster for a GPU preset)",
     )
     parser.add_argument(
         "--output-dir",
@@ -108,6 +115,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="the GRPO loop: mcore (this package's, default) or nemo-rl (NeMo-RL's grpo_train "
         "from 3rdparty/NeMo-RL driving the same worker; no fallback between the two)",
     )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the layout and print each GPU's parameters and memory, then exit: no "
+        "weights downloaded, nothing trained, works on a CPU machine for GPU presets",
+    )
+    parser.add_argument("--json", action="store_true", help="--dry-run's findings as JSON")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
     return parser
 
@@ -143,12 +157,18 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `mcore-grpo` console script; returns the exit status."""
     args = build_parser().parse_args(argv)
     interrupt_on_signals()
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+    # --json: standard output is the document alone; logs (ours and upstream's) go to stderr.
+    log_stream = sys.stderr if args.json else sys.stdout
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=log_stream)
     try:
         config = load_config(args.preset, args.config, args.overrides)
-        check_device(config, args.preset)
-        if args.workers < 1:
+        if args.workers is not None and args.workers < 1:
             raise ConfigError(f"--workers {args.workers}: need at least 1")
+        if args.dry_run:
+            return run_dry(args, config)
+        check_device(config, args.preset)
+        args.workers = args.workers or 1
+        check_layout(config, args.workers)
     except ConfigError as err:
         print(f"mcore-grpo: config error: {err}", file=sys.stderr)
         return 2
@@ -229,6 +249,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     if result.hf_path is not None:
         log.info("Hugging Face checkpoint: %s", result.hf_path)
+    return 0
+
+
+def run_dry(args: argparse.Namespace, config: RunConfig) -> int:
+    """`--dry-run`: the layout checked and each GPU's share printed; raises `ConfigError`."""
+    from mcore_grpo.grpo import dry_run
+    from mcore_grpo.worker.bridge_source import BridgeUnavailable
+
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # upstream imports print to stdout
+            found = dry_run.dry_run(config, args.preset, args.workers)
+    except BridgeUnavailable as err:
+        raise ConfigError(str(err)) from err
+    print(dry_run.as_json(found) if args.json else dry_run.render(found))
     return 0
 
 

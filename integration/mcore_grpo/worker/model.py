@@ -54,7 +54,7 @@ def unwrap_float16(module: torch.nn.Module) -> torch.nn.Module:
     return inner
 
 
-def _transformer_config(config: WorkerConfig) -> Any:
+def transformer_config(config: WorkerConfig) -> Any:
     from megatron.core.transformer import TransformerConfig
 
     m = config.model
@@ -121,17 +121,25 @@ def build_gpt(config: WorkerConfig) -> tuple[Any, torch.nn.Module]:
     worker's device, in `config.precision`'s parameter dtype (not yet wrapped)."""
     if config.model.hf_checkpoint is not None:
         return _build_from_hf(config)
-    from megatron.core.models.gpt import GPTModel
-
-    tcfg = _transformer_config(config)
-    m = config.model
+    tcfg = transformer_config(config)
     log.info(
         "mcore_grpo.worker: GPTModel with the %s layer spec on %s, %s",
         layer_spec_name(config),
         config.device,
         config.precision,
     )
-    gpt = GPTModel(
+    gpt = construct_gpt(config, tcfg)
+    # use_cpu_initialization=False already allocated on torch.cuda.current_device(); this
+    # is a no-op there and the one explicit placement.
+    return tcfg, gpt.to(config.torch_device)
+
+
+def construct_gpt(config: WorkerConfig, tcfg: Any) -> torch.nn.Module:
+    """The built-in GPTModel of `config`'s shape (where its tensors go is the caller's)."""
+    from megatron.core.models.gpt import GPTModel
+
+    m = config.model
+    return GPTModel(
         config=tcfg,
         transformer_layer_spec=_layer_spec(config),
         vocab_size=m.padded_vocab_size,
@@ -140,9 +148,6 @@ def build_gpt(config: WorkerConfig) -> tuple[Any, torch.nn.Module]:
         rotary_base=m.rotary_base,
         share_embeddings_and_output_weights=m.tie_embeddings,
     )
-    # use_cpu_initialization=False already allocated on torch.cuda.current_device(); this
-    # is a no-op there and the one explicit placement.
-    return tcfg, gpt.to(config.torch_device)
 
 
 def wrap_precision(config: WorkerConfig, tcfg: Any, gpt: torch.nn.Module) -> torch.nn.Module:

@@ -17,12 +17,9 @@ Arch = Literal["qwen2", "qwen3"]
 ARCHS: tuple[Arch, ...] = ("qwen2", "qwen3")
 
 
-def write_tiny_checkpoint(
-    path: Path, arch: Arch = "qwen2", seed: int = 0, tokenizer: Any = None
-) -> Path:
-    """`save_pretrained` of a 2-layer random `arch` model (fp32, GQA 4:2, vocab 256) at `path`,
-    and of `tokenizer` (a `transformers` tokenizer, at most 256 ids) beside it when given."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+def tiny_config(arch: Arch = "qwen2") -> Any:
+    """The `transformers` config of the 2-layer `arch` model (fp32, GQA 4:2, vocab 256)."""
+    from transformers import Qwen2Config, Qwen3Config
 
     shape = dict(
         vocab_size=256,
@@ -34,22 +31,32 @@ def write_tiny_checkpoint(
         max_position_embeddings=128,
         tie_word_embeddings=False,
     )
-    torch.manual_seed(seed)
     if arch == "qwen2":
-        model = Qwen2ForCausalLM(Qwen2Config(**shape))
-    elif arch == "qwen3":
-        model = Qwen3ForCausalLM(Qwen3Config(head_dim=16, **shape))
-    else:
-        raise ValueError(f"unknown tiny architecture {arch!r}: choose one of {', '.join(ARCHS)}")
+        return Qwen2Config(architectures=["Qwen2ForCausalLM"], **shape)
+    if arch == "qwen3":
+        return Qwen3Config(architectures=["Qwen3ForCausalLM"], head_dim=16, **shape)
+    raise ValueError(f"unknown tiny architecture {arch!r}: choose one of {', '.join(ARCHS)}")
+
+
+def write_tiny_checkpoint(
+    path: Path, arch: Arch = "qwen2", seed: int = 0, tokenizer: Any = None
+) -> Path:
+    """`save_pretrained` of a random `tiny_config(arch)` model at `path`, and of `tokenizer`
+    (a `transformers` tokenizer, at most 256 ids) beside it when given."""
+    from transformers import AutoModelForCausalLM
+
+    config = tiny_config(arch)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config)
     with torch.no_grad():
         for name, param in model.named_parameters():
             if "norm" in name or name.endswith("bias"):
                 param.add_(0.1 * torch.randn_like(param))
     if tokenizer is not None:
-        if len(tokenizer) > shape["vocab_size"]:
+        if len(tokenizer) > config.vocab_size:
             raise ValueError(
                 f"a tokenizer of {len(tokenizer)} ids does not fit the tiny model's "
-                f"{shape['vocab_size']}-row embedding"
+                f"{config.vocab_size}-row embedding"
             )
         tokenizer.save_pretrained(path)
     model.save_pretrained(path)  # fp32: the default dtype of a fresh model

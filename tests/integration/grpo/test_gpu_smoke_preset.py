@@ -49,10 +49,10 @@ def test_gpu_smoke_is_one_gpu_bf16_at_qwen2_5_1_5b_shape() -> None:
 
 
 def test_gpu_smoke_transformer_config_has_gqa_and_rope() -> None:
-    from mcore_grpo.worker.model import _transformer_config, layer_spec_name
+    from mcore_grpo.worker.model import layer_spec_name, transformer_config
 
     _, w = _worker()
-    tcfg = _transformer_config(w)
+    tcfg = transformer_config(w)
     assert (tcfg.num_query_groups, tcfg.kv_channels) == (2, 128)
     assert tcfg.gated_linear_unit and tcfg.normalization == "RMSNorm"
     assert tcfg.bf16 and tcfg.params_dtype == torch.bfloat16
