@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import pytest
 import torch
@@ -97,7 +98,7 @@ def test_a_run_with_a_layout_larger_than_its_workers_is_refused_before_workers_s
 def _tiny_moe_config() -> object:
     from transformers import Qwen3MoeConfig
 
-    return Qwen3MoeConfig(
+    shape: dict[str, Any] = dict(
         architectures=["Qwen3MoeForCausalLM"],
         vocab_size=256,
         hidden_size=64,
@@ -111,6 +112,7 @@ def _tiny_moe_config() -> object:
         num_experts_per_tok=2,
         max_position_embeddings=128,
     )
+    return Qwen3MoeConfig(**shape)  # head_dim: a **kwargs attribute of this config class
 
 
 def _sharded_counts(tp: int, ep: int) -> ParameterCount:
