@@ -11,6 +11,23 @@ LossLevel = Literal["token", "sequence"]
 
 
 @dataclass(frozen=True)
+class MoEConfig:
+    """megatron-core's MoE layer in every transformer layer (local spec: SequentialMLP experts,
+    a top-k softmax router), the shape of Qwen3-MoE's family at a tiny size."""
+
+    num_experts: int = 4
+    router_topk: int = 2
+    ffn_hidden_size: int | None = None  # per expert; None: the model's ffn_hidden_size
+    shared_expert_intermediate_size: int | None = None  # None: no shared expert
+    aux_loss_coeff: float = 1e-2  # switch load-balancing loss ("aux_loss"); 0 turns it off
+    z_loss_coeff: float | None = None  # router z-loss (logit magnitude); None: off
+    capacity_factor: float | None = None  # tokens per expert over the even share; None: dropless
+    # The dispatcher that runs on gloo: megatron-core's "alltoall" one creates a CUDA stream in
+    # its constructor (transformer/moe/token_dispatcher.py), so it cannot be built on a CPU.
+    token_dispatcher_type: Literal["allgather", "alltoall"] = "allgather"
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """GPT dimensions; `hf_checkpoint` (through Megatron-Bridge, CPU or CUDA) overrides them."""
 
@@ -34,6 +51,12 @@ class ModelConfig:
     add_bias_linear: bool = True
     add_qkv_bias: bool = False
     tie_embeddings: bool = False  # output layer shares the input embedding's weights
+    moe: MoEConfig | None = None  # None: a dense MLP in every layer
+
+    @property
+    def num_experts(self) -> int:
+        """Routed experts per layer (0 for a dense model)."""
+        return self.moe.num_experts if self.moe is not None else 0
 
     @property
     def padded_vocab_size(self) -> int:
@@ -188,10 +211,24 @@ class WorkerConfig:
                 "worker's attention masks and logprobs assume whole sequences on each rank. "
                 "Use 1."
             )
-        if p.expert_model_parallel_size != 1 and self.model.hf_checkpoint is None:
+        ep = p.expert_model_parallel_size
+        experts = self.model.num_experts
+        if ep != 1 and self.model.hf_checkpoint is None and not experts:
             raise ValueError(
                 "WorkerConfig.parallel.expert_model_parallel_size > 1 needs a mixture-of-experts "
-                "model (model.hf_checkpoint); the tiny GPT has no experts. Use 1."
+                "model (model.moe, or an MoE model.hf_checkpoint); this one is dense. Use 1."
+            )
+        moe = self.model.moe
+        if moe is not None and moe.shared_expert_intermediate_size and self.model.add_bias_linear:
+            raise ValueError(
+                "WorkerConfig.model.moe.shared_expert_intermediate_size needs "
+                "model.add_bias_linear=False (megatron-core's shared expert has no bias)"
+            )
+        if experts and experts % ep:
+            raise ValueError(
+                f"WorkerConfig.parallel.expert_model_parallel_size={ep} does not divide the "
+                f"model's {experts} experts; use one of "
+                f"{[d for d in range(1, experts + 1) if experts % d == 0]}"
             )
         if p.sequence_parallel and p.tensor_model_parallel_size == 1:
             raise ValueError(

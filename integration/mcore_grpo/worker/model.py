@@ -71,6 +71,7 @@ def transformer_config(config: WorkerConfig) -> Any:
         add_bias_linear=m.add_bias_linear,
         add_qkv_bias=m.add_qkv_bias,
         **swiglu,
+        **_moe_settings(config),
         tensor_model_parallel_size=config.parallel.tensor_model_parallel_size,
         pipeline_model_parallel_size=config.parallel.pipeline_model_parallel_size,
         sequence_parallel=config.parallel.sequence_parallel,
@@ -92,6 +93,28 @@ def transformer_config(config: WorkerConfig) -> Any:
     )
 
 
+def _moe_settings(config: WorkerConfig) -> dict[str, Any]:
+    """TransformerConfig fields of the MoE layer (none for a dense model)."""
+    moe = config.model.moe
+    if moe is None:
+        return {}
+    p = config.parallel
+    return {
+        "num_moe_experts": moe.num_experts,
+        "moe_router_topk": moe.router_topk,
+        "moe_ffn_hidden_size": moe.ffn_hidden_size or config.model.ffn_hidden_size,
+        "moe_shared_expert_intermediate_size": moe.shared_expert_intermediate_size,
+        "moe_router_load_balancing_type": "aux_loss" if moe.aux_loss_coeff > 0 else "none",
+        "moe_aux_loss_coeff": moe.aux_loss_coeff,
+        "moe_z_loss_coeff": moe.z_loss_coeff,
+        "moe_expert_capacity_factor": moe.capacity_factor,
+        "moe_token_dispatcher_type": moe.token_dispatcher_type,
+        "moe_grouped_gemm": False,  # grouped GEMM needs TE or nv-grouped-gemm kernels
+        "expert_model_parallel_size": p.expert_model_parallel_size,
+        "expert_tensor_parallel_size": p.expert_tensor_parallel_size,
+    }
+
+
 def _dtype(config: WorkerConfig) -> torch.dtype:
     return torch.bfloat16 if config.precision == "bfloat16" else torch.float32
 
@@ -111,9 +134,12 @@ def _layer_spec(config: WorkerConfig) -> Any:
         get_gpt_layer_with_transformer_engine_spec,
     )
 
+    experts = config.model.num_experts or None
     if layer_spec_name(config) == "te":
-        return get_gpt_layer_with_transformer_engine_spec()
-    return get_gpt_layer_local_spec(normalization=config.model.normalization)
+        return get_gpt_layer_with_transformer_engine_spec(num_experts=experts)
+    return get_gpt_layer_local_spec(
+        num_experts=experts, moe_grouped_gemm=False, normalization=config.model.normalization
+    )
 
 
 def build_gpt(config: WorkerConfig) -> tuple[Any, torch.nn.Module]:
