@@ -9,6 +9,10 @@ Two things the defaults get wrong for a training job:
   job manager sets for submitted jobs); a value already in the environment is kept.
 - `ray.init` gives the raylet a fixed 30 s to register; on a loaded machine it can take longer
   ("The current node timed out during startup"), and a fresh start then succeeds.
+- Code that asks Ray for "the" cluster without an address (NeMo-RL's `memory_tracker` calls
+  `ray._private.internal_api.memory_summary()` every step) fails with "Found multiple active
+  Ray instances" as soon as a second run is on the machine (a CI retry beside a developer's
+  run). `RAY_ADDRESS` names this run's own cluster while it is up; `stop_local_ray` restores it.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import os
 
 NICENESS_ENV = "RAY_worker_niceness"  # RayConfig.worker_niceness, read by the raylet it starts
 START_ATTEMPTS = 3
+ADDRESS_ENV = "RAY_ADDRESS"
+_SAVED_ADDRESS: list[str | None] = []  # RAY_ADDRESS before start_local_ray set it
 
 
 def start_local_ray(workers: int) -> None:
@@ -32,8 +38,23 @@ def start_local_ray(workers: int) -> None:
                 log_to_driver=True,
                 configure_logging=False,
             )
+            _SAVED_ADDRESS.append(os.environ.get(ADDRESS_ENV))
+            os.environ[ADDRESS_ENV] = ray.get_runtime_context().gcs_address
             return
         except Exception as err:
             if "timed out during startup" not in str(err) or attempt == START_ATTEMPTS:
                 raise
             ray.shutdown()
+
+
+def stop_local_ray() -> None:
+    """`ray.shutdown()` of a cluster `start_local_ray` started, and `RAY_ADDRESS` as before."""
+    import ray
+
+    ray.shutdown()
+    if _SAVED_ADDRESS:
+        before = _SAVED_ADDRESS.pop()
+        if before is None:
+            os.environ.pop(ADDRESS_ENV, None)
+        else:
+            os.environ[ADDRESS_ENV] = before

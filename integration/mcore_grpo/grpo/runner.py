@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from mcore_grpo.grpo.local_ray import start_local_ray
+from mcore_grpo.grpo.local_ray import start_local_ray, stop_local_ray
 from mcore_grpo.grpo.messages import TaskTokens
 from mcore_grpo.grpo.rank import PolicyRank
 from mcore_grpo.grpo.schema import RunConfig
@@ -169,7 +169,7 @@ class RayRunner:
         if self._started_ray and self._ray.is_initialized():
             # Give the raylet a moment to reap the actors before shutting it down.
             time.sleep(0.1)
-            self._ray.shutdown()
+            stop_local_ray()
 
 
 def make_runner(

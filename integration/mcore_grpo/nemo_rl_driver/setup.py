@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mcore_grpo.grpo.local_ray import start_local_ray
+from mcore_grpo.grpo.local_ray import start_local_ray, stop_local_ray
 from mcore_grpo.grpo.messages import TaskTokens
 from mcore_grpo.grpo.runner import RayRunner
 from mcore_grpo.grpo.schema import ConfigError, RunConfig, check_data_parallel
@@ -68,7 +68,7 @@ class NemoRLRun:
             ray.kill(env, no_restart=True)
         self.logger.finish()
         self.policy.shutdown()
-        ray.shutdown()
+        stop_local_ray()
 
 
 def setup_run(config: RunConfig, workers: int, output_dir: Path) -> NemoRLRun:
