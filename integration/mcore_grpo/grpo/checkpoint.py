@@ -61,6 +61,7 @@ def model_signature(config: Mapping[str, Any], vocab_size: int) -> dict[str, Any
         "policy.megatron_cfg.pipeline_model_parallel_size": megatron[
             "pipeline_model_parallel_size"
         ],
+        "policy.megatron_cfg.expert_model_parallel_size": megatron["expert_model_parallel_size"],
         "task.vocab_size": vocab_size,
     }
 

@@ -115,8 +115,9 @@ def check_layout(config: RunConfig, world: int, hf: dict[str, Any] | None = None
             f"pipeline_model_parallel_size = {ep} x {etp} x {pp} = {ep * etp * pp} does not "
             f"divide the {world} GPUs of the run; lower expert_model_parallel_size"
         )
-    experts = num_experts(hf)
-    if hf is not None and ep > 1 and not experts:
+    tiny = not is_hf_model(config.policy.model_name)
+    experts = config.policy.tiny_model.num_moe_experts if tiny else num_experts(hf)
+    if (tiny or hf is not None) and ep > 1 and not experts:
         raise ConfigError(
             f"{key}.expert_model_parallel_size={ep} needs a mixture-of-experts model; "
             f"{config.policy.model_name} is dense: set it to 1"

@@ -9,7 +9,8 @@ driver: `GenerateResult`, `TrainResult`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -67,3 +68,6 @@ class TrainResult:
     grad_norm: list[float]
     logprob_time_s: float
     training_time_s: float
+    # A mixture-of-experts model's router metrics, one dict per optimizer step (already
+    # reduced over data parallelism by the worker; see mcore_grpo.worker.moe_metrics).
+    moe: list[dict[str, Any]] = field(default_factory=list)

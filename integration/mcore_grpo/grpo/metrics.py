@@ -55,6 +55,26 @@ def train_metrics(replica_results: Sequence[TrainResult]) -> dict[str, float]:
         "token_mult_prob_error": prob_error,
         "grad_norm": replica_results[0].grad_norm[-1],
         "optimizer_steps": float(steps),
+        **moe_metrics(replica_results[0].moe),
+    }
+
+
+def moe_metrics(per_optimizer_step: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A GRPO step's router metrics from its optimizer steps' (none for a dense model): router
+    losses averaged, expert token counts and drops summed, the imbalance of the sums."""
+    if not per_optimizer_step:
+        return {}
+    n = len(per_optimizer_step)
+    per_expert = zip(*(m["moe/tokens_per_expert"] for m in per_optimizer_step), strict=True)
+    tokens = [sum(counts) for counts in per_expert]
+    routed = sum(tokens)
+    return {
+        "moe/load_balancing_loss": sum(m["moe/load_balancing_loss"] for m in per_optimizer_step)
+        / n,
+        "moe/z_loss": sum(m["moe/z_loss"] for m in per_optimizer_step) / n,
+        "moe/tokens_per_expert": tokens,
+        "moe/load_imbalance": max(tokens) * len(tokens) / routed if routed else 0.0,
+        "moe/dropped_tokens": sum(m["moe/dropped_tokens"] for m in per_optimizer_step),
     }
 
 
@@ -115,7 +135,12 @@ def step_line(record: Mapping[str, Any], max_steps: int) -> str:
     return (
         f"step {record['step']:>3}/{max_steps} | reward {record['reward_mean']:.3f} "
         f"| loss {record['loss']:+.4f} | kl {record['kl']:.5f} {worst}"
-        f"| gen {record['generation_time_s']:.2f}s lp {record['logprob_time_s']:.2f}s "
+        + (
+            f"| aux {record['moe/load_balancing_loss']:.3f} imbalance {record['moe/load_imbalance']:.2f} "
+            if "moe/load_balancing_loss" in record
+            else ""
+        )
+        + f"| gen {record['generation_time_s']:.2f}s lp {record['logprob_time_s']:.2f}s "
         f"train {record['training_time_s']:.2f}s | step {record['step_time_s']:.2f}s"
     )
 
@@ -141,7 +166,9 @@ def plot_metrics(records: Sequence[Mapping[str, Any]], png_path: Path, title: st
     steps = [r["step"] for r in records]
     rewards = [r["reward_mean"] for r in records]
     losses = [r["loss"] for r in records]
-    fig, (ax_r, ax_l) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    moe = "moe/load_balancing_loss" in records[0]
+    fig, axes = plt.subplots(3 if moe else 2, 1, figsize=(7, 8.5 if moe else 6), sharex=True)
+    ax_r, ax_l = axes[0], axes[1]
     ax_r.plot(steps, rewards, marker=".", alpha=0.5, label="reward mean")
     ax_r.plot(steps, moving_average(rewards, 5), label="5-step average")
     if "accuracy" in records[0]:
@@ -155,15 +182,34 @@ def plot_metrics(records: Sequence[Mapping[str, Any]], png_path: Path, title: st
     )
     ax_l.axhline(0.0, color="grey", lw=0.5)
     ax_l.set_ylabel("loss")
-    ax_l.set_xlabel("GRPO step")
     ax_l.grid(alpha=0.3)
     ax_l.legend(loc="upper right")
+    if moe:
+        _plot_router(axes[2], steps, records)
+    axes[-1].set_xlabel("GRPO step")
     fig.suptitle(title)
     fig.tight_layout()
     png_path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png_path, dpi=110)
     plt.close(fig)
     return png_path
+
+
+def _plot_router(ax: Any, steps: Sequence[int], records: Sequence[Mapping[str, Any]]) -> None:
+    """The MoE panel: the router's load-balancing loss and the busiest expert's load share."""
+    ax.plot(
+        steps, [r["moe/load_balancing_loss"] for r in records], color="tab:purple", label="aux loss"
+    )
+    ax.plot(
+        steps,
+        [r["moe/load_imbalance"] for r in records],
+        color="tab:green",
+        label="busiest expert / even share",
+    )
+    ax.axhline(1.0, color="grey", lw=0.5)
+    ax.set_ylabel("router")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper right")
 
 
 def summarize(records: Sequence[Mapping[str, Any]], window: int = 5) -> dict[str, float]:

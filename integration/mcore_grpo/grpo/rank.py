@@ -161,6 +161,9 @@ class PolicyRank:
             grad_norm=[m["grad_norm"] for m in step_metrics],
             logprob_time_s=logprob_time,
             training_time_s=training_time,
+            moe=[{k: v for k, v in m.items() if k.startswith("moe/")} for m in step_metrics]
+            if "moe/tokens_per_expert" in step_metrics[0]
+            else [],
         )
 
     # ---- checkpoints ----------------------------------------------------------------

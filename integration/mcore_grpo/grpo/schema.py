@@ -209,6 +209,15 @@ class MegatronSection:
     expert_model_parallel_size: int = 1
     expert_tensor_parallel_size: int = 1
     sequence_parallel: bool = False
+    # NeMo-RL's MoE router keys (its default "none": no load-balancing loss in GRPO), plus the
+    # loss coefficients and capacity megatron-core takes; read for policy.tiny_model's experts.
+    moe_router_load_balancing_type: str = "none"  # or "aux_loss"
+    moe_aux_loss_coeff: float = 0.0
+    moe_z_loss_coeff: float | None = None
+    moe_expert_capacity_factor: float | None = None  # None: dropless
+    # NeMo-RL's default is "alltoall", which megatron-core builds with a CUDA stream: on a CPU
+    # only "allgather" runs.
+    moe_token_dispatcher_type: str = "allgather"
     optimizer: OptimizerSection = field(default_factory=OptimizerSection)
     distributed_data_parallel_config: DDPSection = field(default_factory=DDPSection)
 
@@ -232,6 +241,11 @@ class TinyModelSection:
     tie_embeddings: bool = False
     # Embedding/output rows; None = the task's vocab padded to a multiple of 128 x TP.
     padded_vocab_size: int | None = None
+    # Mixture of experts in every layer (0: dense): megatron-core's MoE layer, local spec.
+    num_moe_experts: int = 0
+    moe_router_topk: int = 2
+    moe_ffn_hidden_size: int | None = None  # per expert; None = ffn_hidden_size
+    moe_shared_expert_intermediate_size: int | None = None  # None: no shared expert
 
 
 @dataclass
@@ -308,6 +322,27 @@ class RunConfig:
         return dataclasses.asdict(self)
 
 
+def _validate_moe(config: RunConfig) -> None:
+    tiny, mc = config.policy.tiny_model, config.policy.megatron_cfg
+    if mc.moe_router_load_balancing_type not in ("aux_loss", "none"):
+        raise ConfigError(
+            f"policy.megatron_cfg.moe_router_load_balancing_type="
+            f"{mc.moe_router_load_balancing_type!r}: use 'aux_loss' or 'none'"
+        )
+    if mc.moe_token_dispatcher_type not in ("allgather", "alltoall"):
+        raise ConfigError(
+            f"policy.megatron_cfg.moe_token_dispatcher_type={mc.moe_token_dispatcher_type!r}: "
+            "use 'allgather' (runs on CPU) or 'alltoall' (CUDA)"
+        )
+    if tiny.num_moe_experts < 0 or (
+        tiny.num_moe_experts and not 1 <= tiny.moe_router_topk <= tiny.num_moe_experts
+    ):
+        raise ConfigError(
+            f"policy.tiny_model.num_moe_experts={tiny.num_moe_experts}, moe_router_topk="
+            f"{tiny.moe_router_topk}: need 0 experts (dense) or 1 <= topk <= experts"
+        )
+
+
 def validate(config: RunConfig) -> None:
     """Cross-field checks, each naming the keys to change."""
     g, p = config.grpo, config.policy
@@ -333,6 +368,7 @@ def validate(config: RunConfig) -> None:
             f"{config.samples_per_step} samples per step is not a multiple of "
             f"policy.train_global_batch_size={p.train_global_batch_size}"
         )
+    _validate_moe(config)
     if config.checkpointing.save_period < 0:
         raise ConfigError(
             f"checkpointing.save_period={config.checkpointing.save_period}: must be >= 0 "

@@ -13,6 +13,7 @@ from mcore_grpo.worker.config import (
     DDPConfig,
     LossConfig,
     ModelConfig,
+    MoEConfig,
     OptimizerSettings,
     ParallelConfig,
     WorkerConfig,
@@ -59,6 +60,7 @@ def worker_config(config: RunConfig, tokens: TaskTokens) -> WorkerConfig:
             add_bias_linear=tiny.add_bias_linear,
             add_qkv_bias=tiny.add_qkv_bias,
             tie_embeddings=tiny.tie_embeddings,
+            moe=_moe(config),
         ),
         parallel=ParallelConfig(
             tensor_model_parallel_size=mc.tensor_model_parallel_size,
@@ -88,6 +90,24 @@ def worker_config(config: RunConfig, tokens: TaskTokens) -> WorkerConfig:
         ),
         temperature=p.generation.temperature,
         precision=p.precision,  # type: ignore[arg-type]
+    )
+
+
+def _moe(config: RunConfig) -> MoEConfig | None:
+    """The tiny model's MoE layer from ``policy.tiny_model`` and the router keys."""
+    tiny, mc = config.policy.tiny_model, config.policy.megatron_cfg
+    if not tiny.num_moe_experts:
+        return None
+    balanced = mc.moe_router_load_balancing_type == "aux_loss"
+    return MoEConfig(
+        num_experts=tiny.num_moe_experts,
+        router_topk=tiny.moe_router_topk,
+        ffn_hidden_size=tiny.moe_ffn_hidden_size,
+        shared_expert_intermediate_size=tiny.moe_shared_expert_intermediate_size,
+        aux_loss_coeff=mc.moe_aux_loss_coeff if balanced else 0.0,
+        z_loss_coeff=mc.moe_z_loss_coeff,
+        capacity_factor=mc.moe_expert_capacity_factor,
+        token_dispatcher_type=mc.moe_token_dispatcher_type,  # type: ignore[arg-type]
     )
 
 

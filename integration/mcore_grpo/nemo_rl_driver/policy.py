@@ -117,11 +117,14 @@ class NemoRLPolicy(ColocatablePolicyInterface):
         for result in results:
             for key, values in result["all_mb_metrics"].items():
                 all_mb[key].extend(values)
-        return {
+        out = {
             "loss": results[0]["global_loss"],
             "grad_norm": results[0]["grad_norm"],
             "all_mb_metrics": dict(all_mb),
         }
+        if "moe_metrics" in results[0]:  # as lm_policy.Policy.train passes rank 0's on
+            out["moe_metrics"] = results[0]["moe_metrics"]
+        return out
 
     def calibrate_qkv_fp8_scales(
         self,

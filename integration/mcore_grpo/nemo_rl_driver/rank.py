@@ -95,13 +95,14 @@ class NemoRLRank(PolicyRank):
         adapter = NemoRLLossSum(loss_fn, wrap=BatchedDataDict)
         self.worker.loss_sum_fn = adapter
         try:
-            losses, metrics, grad_norm = [], [], math.nan
+            losses, metrics, grad_norm, moe = [], [], math.nan, []
             for k in range(steps):
                 part = {key: v[k * local_gbs : (k + 1) * local_gbs] for key, v in batch.items()}
                 toks, seqs = self._global_counts(part)
                 result = self.worker.train(part)
                 losses.append(result["global_loss"])
                 grad_norm = result["grad_norm"]
+                moe.append({k: v for k, v in result.items() if k.startswith("moe/")})
                 extra = _optimizer_lr_wd(self.worker.policy.optimizer)
                 metrics.extend(adapter.take(toks, seqs, steps, extra))
         finally:
@@ -110,11 +111,14 @@ class NemoRLRank(PolicyRank):
         for row in metrics:
             for key, value in row.items():
                 all_mb.setdefault(key, []).append(value)
-        return {
+        out: dict[str, Any] = {
             "global_loss": torch.tensor(losses),
             "grad_norm": torch.tensor([grad_norm]),
             "all_mb_metrics": all_mb,
         }
+        if moe and moe[0]:
+            out["moe_metrics"] = nemo_rl_moe_metrics(moe)
+        return out
 
     # ---- generation -----------------------------------------------------------------
     def generate_nemo_rl(self, data: Any, greedy: bool, seed: int) -> Any:
@@ -158,3 +162,16 @@ class NemoRLRank(PolicyRank):
             written[1].parent.mkdir(parents=True, exist_ok=True)
             torch.save([o.optimizer.state_dict() for o in self._inner_optimizers()], written[1])
         return [str(p) for p in written]
+
+
+def nemo_rl_moe_metrics(per_optimizer_step: list[dict[str, Any]]) -> dict[str, float]:
+    """NeMo-RL's ``moe_metrics`` (scalars; `grpo_train` logs each as ``moe/<name>``) from the
+    worker's router metrics of each optimizer step."""
+    from mcore_grpo.grpo.metrics import moe_metrics
+
+    merged = moe_metrics(per_optimizer_step)
+    return {
+        key.removeprefix("moe/"): float(value)
+        for key, value in merged.items()
+        if not isinstance(value, list)
+    }

@@ -120,7 +120,7 @@ class MegatronPolicyWorker:
         self.train_step.loss_sum_fn = fn
 
     @_entry(T)
-    def train(self, batch: Batch) -> dict[str, float]:
+    def train(self, batch: Batch) -> dict[str, Any]:
         """One optimizer step over this rank's slice of the global batch."""
         return self.train_step.train(batch_to(batch, self.device))
 
@@ -135,7 +135,7 @@ class MegatronPolicyWorker:
         self.train_step.train_microbatch(batch_to(batch, self.device))
 
     @_entry(T)
-    def finish_train_step(self) -> dict[str, float]:
+    def finish_train_step(self) -> dict[str, Any]:
         """Normalise, reduce once, step."""
         return self.train_step.finish()
 

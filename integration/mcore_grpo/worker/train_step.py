@@ -5,7 +5,8 @@ schedule inside `ddp.no_sync()` with the three model-config hooks that would red
 nulled (`grad_sync_func`, `no_sync_func`, `finalize_model_grads_func`); `finish` divides the
 accumulated gradient sums once by the GLOBAL valid-token (or sequence) count, then runs the
 saved `finalize_model_grads_func` once. With `overlap_grad_reduce` off that finalize call IS
-the reduction: calling `start_grad_sync()` before it would reduce twice.
+the reduction: calling `start_grad_sync()` before it would reduce twice. A mixture-of-experts
+model's router losses and expert load come back with the step's metrics (`moe_metrics`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from mcore_grpo.worker.batch import Batch, LossSumFn, split_microbatches, valid_
 from mcore_grpo.worker.config import WorkerConfig
 from mcore_grpo.worker.forward import next_token_logprobs, policy_logits
 from mcore_grpo.worker.model import PolicyModel
+from mcore_grpo.worker.moe_metrics import RouterStats
 
 
 def no_loss(_logprobs: torch.Tensor, _batch: Batch) -> torch.Tensor:
@@ -31,6 +33,15 @@ def no_loss(_logprobs: torch.Tensor, _batch: Batch) -> torch.Tensor:
         "clipped policy gradient: mcore_grpo.grpo.loss.worker_default_loss(config.loss)) or "
         "set worker.loss_sum_fn before training"
     )
+
+
+def _router_stats(policy: PolicyModel) -> RouterStats | None:
+    """Expert-load counters for a mixture-of-experts model (built in or through Bridge)."""
+    tcfg = policy.transformer_config
+    experts = getattr(tcfg, "num_moe_experts", None)
+    if not experts:
+        return None
+    return RouterStats(policy.gpt, experts, tcfg.moe_router_topk)
 
 
 @dataclass
@@ -58,6 +69,7 @@ class SplitTrainStep:
         self._open: _OpenStep | None = None
         # The loss comes from above (the algorithm); the worker never imports it.
         self._loss_sum_fn = loss_sum_fn if loss_sum_fn is not None else no_loss
+        self._router_stats = _router_stats(policy)
 
     @property
     def loss_sum_fn(self) -> LossSumFn:
@@ -91,6 +103,8 @@ class SplitTrainStep:
             )
         ddp, cfg = self._policy.ddp, self._policy.transformer_config
         ddp.train()
+        if self._router_stats is not None:
+            self._router_stats.reset()
         ddp.zero_grad_buffer()
         self._policy.optimizer.zero_grad()
         self._open = _OpenStep(
@@ -174,7 +188,7 @@ class SplitTrainStep:
             )
         state.num_microbatches += len(chunks)
 
-    def finish(self) -> dict[str, float]:
+    def finish(self) -> dict[str, Any]:
         """Normalise by the global count, reduce once, step the optimizer, restore hooks."""
         state = self._require_open("finish_train_step")
         try:
@@ -187,7 +201,7 @@ class SplitTrainStep:
         self._open = None
         return metrics
 
-    def _finish(self, state: _OpenStep) -> dict[str, float]:
+    def _finish(self, state: _OpenStep) -> dict[str, Any]:
         from megatron.core import parallel_state
 
         ddp = self._policy.ddp
@@ -210,13 +224,16 @@ class SplitTrainStep:
             ddp.start_grad_sync()
         finalize([ddp], None)
         ok, grad_norm, _ = self._policy.optimizer.step()
-        return {
+        metrics: dict[str, Any] = {
             "global_loss": global_loss_sum * inv_n,
             "global_valid": global_valid,
             "grad_norm": float(grad_norm) if grad_norm is not None else float("nan"),
             "update_successful": float(bool(ok)),
             "num_microbatches": float(state.num_microbatches),
         }
+        if self._router_stats is not None:
+            metrics.update(self._router_stats.collect(dp_group, self._config.torch_device))
+        return metrics
 
     def abort(self) -> None:
         """Drop the open step without stepping; restore hooks. Idempotent."""
@@ -228,7 +245,7 @@ class SplitTrainStep:
         self._policy.optimizer.zero_grad()
         self._open = None
 
-    def train(self, batch: Batch) -> dict[str, float]:
+    def train(self, batch: Batch) -> dict[str, Any]:
         """One optimizer step over `batch`, built on begin / train_microbatch / finish."""
         self.begin()
         try:

@@ -1,0 +1,104 @@
+"""What mixture-of-experts users watch, per optimizer step: router losses and expert load.
+
+NeMo-RL's names where it has the metric (its Megatron worker's `get_moe_metrics`, logged by
+`grpo_train` as ``moe/<name>``), ours beside them:
+
+- ``moe/load_balancing_loss`` / ``moe/z_loss``: the load-balancing (switch) loss and the router
+  z-loss, unscaled by their coefficients, as megatron-core's routers record them into its
+  `MoEMetricsTracker` during training forwards; mean over layers and microbatches, then over
+  data-parallel ranks (as NeMo-RL's `get_moe_metrics` reduces them).
+- ``moe/tokens_per_expert``: routing assignments each expert received over the step, summed
+  over layers and data-parallel ranks (top-k counts every assignment); ``moe/load_imbalance``:
+  the busiest expert's share over the even share (1.0 = balanced).
+- ``moe/dropped_tokens``: assignments dropped for capacity (0 when dropless).
+
+Counts come from a forward hook on each `TopKRouter` (its ``routing_map`` after capacity
+dropping), taken only in training forwards so logprob passes do not count twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+TRACKED = {"load_balancing_loss": "moe/load_balancing_loss", "z_loss": "moe/z_loss"}
+
+
+class RouterStats:
+    """Per-step expert-load counters fed by hooks on the model's routers."""
+
+    def __init__(self, model: torch.nn.Module, num_experts: int, topk: int) -> None:
+        from megatron.core.transformer.moe.router import TopKRouter
+
+        self.num_experts = num_experts
+        self.topk = topk
+        self._routers = [m for m in model.modules() if isinstance(m, TopKRouter)]
+        if not self._routers:
+            raise ValueError("RouterStats: the model has no megatron-core TopKRouter")
+        self._handles = [r.register_forward_hook(self._count) for r in self._routers]
+        self._tokens = torch.zeros(num_experts, dtype=torch.float64)
+        self._assignments = 0.0
+        self._forwards = 0
+
+    def _count(self, module: torch.nn.Module, _inputs: Any, output: Any) -> None:
+        if not (module.training and torch.is_grad_enabled()):
+            return
+        _, routing_map = output
+        routing_map = routing_map.detach()
+        self._tokens += routing_map.sum(dim=0).to("cpu", torch.float64)
+        self._assignments += float(routing_map.shape[0] * self.topk)
+        self._forwards += 1
+
+    def reset(self) -> None:
+        """Forget the counts and megatron-core's tracked router losses (a new step)."""
+        from megatron.core.transformer.moe.moe_logging import get_moe_metrics_tracker
+
+        self._tokens.zero_()
+        self._assignments = 0.0
+        self._forwards = 0
+        get_moe_metrics_tracker().clear()
+
+    def collect(self, group: Any, device: torch.device) -> dict[str, Any]:
+        """The step's metrics, reduced over `group` (the data-parallel ranks: each routes its
+        own tokens); then `reset`. Collective: every rank of `group` calls it."""
+        from megatron.core.transformer.moe.moe_logging import get_moe_metrics_tracker
+
+        tracked = get_moe_metrics_tracker().metrics
+        layers = max(1, len(self._routers))
+        microbatches = max(1, self._forwards // layers)
+        losses = [
+            float(tracked[name].values.sum()) / (layers * microbatches) if name in tracked else 0.0
+            for name in TRACKED
+        ]
+        counts = torch.cat(
+            [
+                self._tokens,
+                torch.tensor([self._assignments], dtype=torch.float64),
+                torch.tensor(losses, dtype=torch.float64),
+            ]
+        ).to(device)
+        dist.all_reduce(counts, group=group)
+        counts = counts.cpu()
+        tokens = counts[: self.num_experts]
+        assignments = float(counts[self.num_experts])
+        ranks = dist.get_world_size(group)
+        routed = float(tokens.sum())
+        self.reset()
+        metrics: dict[str, Any] = {
+            metric: float(counts[self.num_experts + 1 + i]) / ranks
+            for i, metric in enumerate(TRACKED.values())
+        }
+        metrics["moe/tokens_per_expert"] = [float(t) for t in tokens]
+        metrics["moe/load_imbalance"] = (
+            float(tokens.max()) * self.num_experts / routed if routed else 0.0
+        )
+        metrics["moe/dropped_tokens"] = assignments - routed
+        return metrics
+
+    def close(self) -> None:
+        """Remove the hooks."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
