@@ -155,7 +155,8 @@ def _log_run(args: argparse.Namespace, config: RunConfig, output_dir: Path) -> N
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `mcore-grpo` console script; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    # Options and key=value overrides in any order (`--workers 2 a.b=1 --resume a.c=2`).
+    args = build_parser().parse_intermixed_args(argv)
     interrupt_on_signals()
     # --json: standard output is the document alone; logs (ours and upstream's) go to stderr.
     log_stream = sys.stderr if args.json else sys.stdout

@@ -230,6 +230,13 @@ class WorkerConfig:
                 f"model's {experts} experts; use one of "
                 f"{[d for d in range(1, experts + 1) if experts % d == 0]}"
             )
+        if experts and p.tensor_model_parallel_size > 1 and not p.sequence_parallel:
+            raise ValueError(
+                "WorkerConfig.parallel: megatron-core trains MoE layers at "
+                "tensor_model_parallel_size > 1 only with sequence_parallel=True (its MoELayer "
+                "refuses otherwise), which needs Transformer Engine's LayerNorm on a GPU; on a "
+                "CPU spread the experts with expert_model_parallel_size instead"
+            )
         if p.sequence_parallel and p.tensor_model_parallel_size == 1:
             raise ValueError(
                 "WorkerConfig.parallel.sequence_parallel needs tensor_model_parallel_size > 1 "
