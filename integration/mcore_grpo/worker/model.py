@@ -221,6 +221,13 @@ def _build_from_hf(config: WorkerConfig) -> tuple[Any, torch.nn.Module]:
         provider.bias_dropout_fusion = False
         provider.masked_softmax_fusion = False
         provider.bias_activation_fusion = False
+        provider.moe_permute_fusion = False
+        provider.moe_router_fusion = False
+        if getattr(provider, "num_moe_experts", None):
+            # megatron-core's alltoall dispatcher makes a CUDA stream when it is built.
+            provider.moe_token_dispatcher_type = "allgather"
+    if layer_spec_name(config) == "local":
+        provider.moe_grouped_gemm = False  # grouped GEMM experts are TE's (or nv-grouped-gemm)
     provider.finalize()
     models = provider.provide_distributed_model(wrap_with_ddp=False, use_cpu_initialization=cpu)
     gpt = models[0]

@@ -77,6 +77,11 @@ def model_parallel_world_of_one() -> Iterator[None]:
     owns_world = not dist.is_initialized()
     if owns_world:
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    elif dist.get_world_size() != 1:
+        raise RuntimeError(
+            f"a meta build counts the whole model in a world of one process; this process is "
+            f"one of {dist.get_world_size()} ranks: count before torch.distributed starts"
+        )
     owns_groups = not parallel_state.model_parallel_is_initialized()
     if owns_groups:
         parallel_state.initialize_model_parallel()

@@ -13,13 +13,13 @@ from typing import Any, Literal
 
 import torch
 
-Arch = Literal["qwen2", "qwen3"]
-ARCHS: tuple[Arch, ...] = ("qwen2", "qwen3")
+Arch = Literal["qwen2", "qwen3", "qwen3_moe"]
+ARCHS: tuple[Arch, ...] = ("qwen2", "qwen3", "qwen3_moe")
 
 
 def tiny_config(arch: Arch = "qwen2") -> Any:
     """The `transformers` config of the 2-layer `arch` model (fp32, GQA 4:2, vocab 256)."""
-    from transformers import Qwen2Config, Qwen3Config
+    from transformers import Qwen2Config, Qwen3Config, Qwen3MoeConfig
 
     shape = dict(
         vocab_size=256,
@@ -35,6 +35,17 @@ def tiny_config(arch: Arch = "qwen2") -> Any:
         return Qwen2Config(architectures=["Qwen2ForCausalLM"], **shape)
     if arch == "qwen3":
         return Qwen3Config(architectures=["Qwen3ForCausalLM"], head_dim=16, **shape)
+    if arch == "qwen3_moe":  # Qwen3-30B-A3B's family: 4 experts, top-2, every layer sparse
+        moe: dict[str, Any] = dict(
+            architectures=["Qwen3MoeForCausalLM"],
+            head_dim=16,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            norm_topk_prob=True,
+            **shape,
+        )
+        return Qwen3MoeConfig(**moe)
     raise ValueError(f"unknown tiny architecture {arch!r}: choose one of {', '.join(ARCHS)}")
 
 

@@ -29,30 +29,39 @@ def _tokens() -> torch.Tensor:
     return torch.randint(0, 256, (2, 12), generator=torch.Generator().manual_seed(1))
 
 
-def _megatron_logits(checkpoint: str, tp: int) -> torch.Tensor:
-    """One rank: parallel state at `tp`, the model from `checkpoint`, gathered logits."""
+def _megatron_logits(checkpoint: str, tp: int, ep: int = 1) -> torch.Tensor:
+    """One rank: parallel state at `tp` x `ep`, the model from `checkpoint`, gathered logits."""
     from mcore_grpo.worker.cpu import cpu_device, model_parallel_seed
     from mcore_grpo.worker.forward import policy_logits
     from mcore_grpo.worker.model import build_gpt
     from megatron.core import parallel_state
 
-    parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp)
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=tp, expert_model_parallel_size=ep, expert_tensor_parallel_size=1
+    )
     try:
         model_parallel_seed(0, "cpu")
         config = WorkerConfig(
             device="cpu",
             model=ModelConfig(hf_checkpoint=checkpoint),
-            parallel=ParallelConfig(tensor_model_parallel_size=tp),
+            parallel=ParallelConfig(
+                tensor_model_parallel_size=tp,
+                expert_model_parallel_size=ep,
+                expert_tensor_parallel_size=1,
+            ),
         )
         with cpu_device("cpu"), torch.no_grad():
             _, gpt = build_gpt(config)
+            # Inference: megatron-core refuses an MoE layer at TP > 1 without sequence
+            # parallelism in training mode only.
+            gpt.eval()
             tokens = _tokens()
             return policy_logits(gpt, tokens, torch.ones_like(tokens, dtype=torch.bool))
     finally:
         parallel_state.destroy_model_parallel()
 
 
-def _export_changed_model(checkpoint: str, out: str, tp: int) -> torch.Tensor:
+def _export_changed_model(checkpoint: str, out: str, tp: int, ep: int = 1) -> torch.Tensor:
     """One rank: the model from `checkpoint` at `tp`, every weight moved (each TP shard by its
     own amount), exported to `out`; this rank's logits after."""
     from mcore_grpo.worker.cpu import cpu_device, model_parallel_seed
@@ -61,13 +70,19 @@ def _export_changed_model(checkpoint: str, out: str, tp: int) -> torch.Tensor:
     from mcore_grpo.worker.model import build_gpt
     from megatron.core import parallel_state
 
-    parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp)
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=tp, expert_model_parallel_size=ep, expert_tensor_parallel_size=1
+    )
     try:
         model_parallel_seed(0, "cpu")
         config = WorkerConfig(
             device="cpu",
             model=ModelConfig(hf_checkpoint=checkpoint),
-            parallel=ParallelConfig(tensor_model_parallel_size=tp),
+            parallel=ParallelConfig(
+                tensor_model_parallel_size=tp,
+                expert_model_parallel_size=ep,
+                expert_tensor_parallel_size=1,
+            ),
         )
         # A TP shard moves by its own amount; a replicated weight (norms, row-parallel bias)
         # moves alike on every rank, as training keeps the copies equal.
@@ -89,22 +104,25 @@ def _export_changed_model(checkpoint: str, out: str, tp: int) -> torch.Tensor:
         parallel_state.destroy_model_parallel()
 
 
+# (arch, TP, EP): every architecture at TP 1 and 2; the MoE one also at EP 2 (experts split).
+LAYOUTS = [(arch, tp, 1) for arch in ARCHS for tp in (1, 2)] + [("qwen3_moe", 1, 2)]
+
+
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("tp", [1, 2])
-def test_megatron_logits_equal_transformers(tmp_path: Path, arch: str, tp: int) -> None:
+@pytest.mark.parametrize(("arch", "tp", "ep"), LAYOUTS)
+def test_megatron_logits_equal_transformers(tmp_path: Path, arch: str, tp: int, ep: int) -> None:
     from transformers import AutoModelForCausalLM
 
     checkpoint = write_tiny_checkpoint(tmp_path / arch, arch)  # type: ignore[arg-type]
     with torch.no_grad():
         expected = AutoModelForCausalLM.from_pretrained(checkpoint).float()(_tokens()).logits
     by_rank = spawn_ranks(
-        functools.partial(_megatron_logits, str(checkpoint), tp), free_port(), world=tp
+        functools.partial(_megatron_logits, str(checkpoint), tp, ep), free_port(), world=tp * ep
     )
     for rank, logits in by_rank.items():
         diff = (logits[..., : expected.shape[-1]] - expected).abs().max().item()
-        print(f"{arch} TP={tp} rank {rank}: max |megatron - transformers| = {diff:.2e}")
-        assert diff <= TOLERANCE, f"{arch} TP={tp} rank {rank}: {diff:.2e}"
+        print(f"{arch} TP={tp} EP={ep} rank {rank}: max |megatron - transformers| = {diff:.2e}")
+        assert diff <= TOLERANCE, f"{arch} TP={tp} EP={ep} rank {rank}: {diff:.2e}"
 
 
 def test_a_directory_that_is_not_an_hf_checkpoint_is_refused_naming_the_fix(tmp_path: Path) -> None:
@@ -116,17 +134,21 @@ def test_a_directory_that_is_not_an_hf_checkpoint_is_refused_naming_the_fix(tmp_
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("tp", [1, 2])
+@pytest.mark.parametrize(
+    ("arch", "tp", "ep"), [("qwen2", 1, 1), ("qwen2", 2, 1), ("qwen3_moe", 1, 2)]
+)
 def test_export_of_a_changed_model_loads_in_transformers_with_its_logits_and_tokenizer(
-    tmp_path: Path, tp: int
+    tmp_path: Path, arch: str, tp: int, ep: int
 ) -> None:
     from mcore_grpo.grpo.hf_model import task_hf_tokenizer
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    source = write_tiny_checkpoint(tmp_path / "in", "qwen2", tokenizer=task_hf_tokenizer())
+    source = write_tiny_checkpoint(tmp_path / "in", arch, tokenizer=task_hf_tokenizer())  # type: ignore[arg-type]
     out = tmp_path / "out"
     by_rank = spawn_ranks(
-        functools.partial(_export_changed_model, str(source), str(out), tp), free_port(), world=tp
+        functools.partial(_export_changed_model, str(source), str(out), tp, ep),
+        free_port(),
+        world=tp * ep,
     )
     with torch.no_grad():
         exported = AutoModelForCausalLM.from_pretrained(out).float()(_tokens()).logits
@@ -134,8 +156,11 @@ def test_export_of_a_changed_model_loads_in_transformers_with_its_logits_and_tok
     assert (exported - before).abs().max().item() > 0.1  # the export holds the changed weights
     for rank, logits in by_rank.items():
         diff = (logits[..., : exported.shape[-1]] - exported).abs().max().item()
-        print(f"export TP={tp} rank {rank}: max |megatron - exported transformers| = {diff:.2e}")
-        assert diff <= TOLERANCE, f"TP={tp} rank {rank}: {diff:.2e}"
+        print(
+            f"export {arch} TP={tp} EP={ep} rank {rank}: max |megatron - exported transformers| "
+            f"= {diff:.2e}"
+        )
+        assert diff <= TOLERANCE, f"{arch} TP={tp} EP={ep} rank {rank}: {diff:.2e}"
     tokenizer = AutoTokenizer.from_pretrained(out)
     assert tokenizer is not None
     assert (
