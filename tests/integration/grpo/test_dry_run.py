@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 import pytest
 import torch
@@ -102,23 +101,9 @@ def test_a_run_with_a_layout_larger_than_its_workers_is_refused_before_workers_s
 
 
 def _tiny_moe_config() -> object:
-    from transformers import Qwen3MoeConfig
+    from mcore_grpo.worker.tiny_hf_checkpoint import tiny_config
 
-    shape: dict[str, Any] = dict(
-        architectures=["Qwen3MoeForCausalLM"],
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
-        moe_intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        num_experts=4,
-        num_experts_per_tok=2,
-        max_position_embeddings=128,
-    )
-    return Qwen3MoeConfig(**shape)  # head_dim: a **kwargs attribute of this config class
+    return tiny_config("qwen3_moe")
 
 
 def _sharded_counts(tp: int, ep: int) -> ParameterCount:

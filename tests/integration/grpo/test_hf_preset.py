@@ -11,32 +11,19 @@ started from. That the export equals the Megatron model logit for logit (TP 1 an
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from mcore_grpo.grpo.task import build_task
-from mcore_grpo.nemo_rl_driver import source
+
+from tests.support.cli_run import mean, needs_nemo_rl, run_cli
 
 CPU_RUN = "the cpu-hf-tiny preset on Ray CPU actors (gloo)"
 
 
 def _cli(tmp_path: Path, *args: str) -> str:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    run = subprocess.run(
-        [sys.executable, "-m", "mcore_grpo.cli", "--preset", "cpu-hf-tiny", "--no-progress", *args],
-        capture_output=True,
-        text=True,
-        timeout=1700,
-        env=env,
-        cwd=tmp_path,
-    )
-    log = run.stdout + run.stderr
-    assert run.returncode == 0, log[-6000:]
-    return log
+    return run_cli(tmp_path, "--preset", "cpu-hf-tiny", "--no-progress", *args)
 
 
 def greedy_reward(checkpoint: Path) -> float:
@@ -58,10 +45,6 @@ def greedy_reward(checkpoint: Path) -> float:
                 ids.append(int(logits.argmax()))
         rewards.append(task.reward(ids[len(problem.prompt_ids) :], problem))
     return sum(rewards) / len(rewards)
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
 
 
 @pytest.mark.slow
@@ -86,23 +69,19 @@ def test_cpu_hf_tiny_at_tp2_learns_and_exports_a_model_transformers_runs(tmp_pat
     assert len(rewards) == 40
     before, after = greedy_reward(out / "tiny-hf-qwen2"), greedy_reward(hf_out)
     print(
-        f"cpu-hf-tiny TP=2: reward {_mean(rewards[:5]):.3f} (first 5) -> "
-        f"{_mean(rewards[-5:]):.3f} (last 5); transformers greedy {before:.2f} -> {after:.2f}"
+        f"cpu-hf-tiny TP=2: reward {mean(rewards[:5]):.3f} (first 5) -> "
+        f"{mean(rewards[-5:]):.3f} (last 5); transformers greedy {before:.2f} -> {after:.2f}"
     )
-    assert _mean(rewards[-5:]) > _mean(rewards[:5]) + 0.2, rewards
+    assert mean(rewards[-5:]) > mean(rewards[:5]) + 0.2, rewards
     assert after >= before + 0.3
     # save_consolidated: the last checkpoint holds the same model in HF format.
     last = sorted((out / "checkpoints").glob("step_*"))[-1]
     assert greedy_reward(last / "hf") == after
 
 
-@pytest.mark.nemo_rl
 @pytest.mark.slow
 @pytest.mark.cpu_only(reason=CPU_RUN)
-@pytest.mark.skipif(
-    not source.is_available(),
-    reason=f"NeMo-RL source not present at {source.source_root()} (run tools/apply_patches.sh)",
-)
+@needs_nemo_rl
 @pytest.mark.timeout(1800)
 def test_grpo_train_drives_cpu_hf_tiny_and_the_export_runs_in_transformers(tmp_path: Path) -> None:
     from mcore_grpo.nemo_rl_driver.run_metrics import read_scalars
@@ -126,10 +105,10 @@ def test_grpo_train_drives_cpu_hf_tiny_and_the_export_runs_in_transformers(tmp_p
     assert len(rewards) == steps
     before, after = greedy_reward(out / "tiny-hf-qwen2"), greedy_reward(hf_out)
     print(
-        f"cpu-hf-tiny nemo-rl: reward {_mean(rewards[:5]):.3f} -> {_mean(rewards[-5:]):.3f}; "
+        f"cpu-hf-tiny nemo-rl: reward {mean(rewards[:5]):.3f} -> {mean(rewards[-5:]):.3f}; "
         f"transformers greedy {before:.2f} -> {after:.2f}"
     )
-    assert _mean(rewards[-5:]) > _mean(rewards[:5]) + 0.2, rewards
+    assert mean(rewards[-5:]) > mean(rewards[:5]) + 0.2, rewards
     assert after > before
     # NeMo-RL's save_consolidated: its checkpoint holds the policy in HF format too.
     assert greedy_reward(out / "checkpoints" / f"step_{steps}" / "policy" / "hf") == after

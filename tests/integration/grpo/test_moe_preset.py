@@ -4,13 +4,11 @@ the router metrics reach metrics.jsonl and the plot (ours) or NeMo-RL's own logg
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from mcore_grpo.nemo_rl_driver import source
+
+from tests.support.cli_run import mean, needs_nemo_rl, run_cli
 
 CPU_RUN = "the cpu-moe preset on Ray CPU actors (gloo)"
 STEPS = 30
@@ -18,21 +16,7 @@ EP2 = ["--workers", "2", "policy.megatron_cfg.expert_model_parallel_size=2"]
 
 
 def _cli(tmp_path: Path, *args: str) -> str:
-    run = subprocess.run(
-        [sys.executable, "-m", "mcore_grpo.cli", "--preset", "cpu-moe", "--no-progress", *args],
-        capture_output=True,
-        text=True,
-        timeout=1700,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        cwd=tmp_path,
-    )
-    log = run.stdout + run.stderr
-    assert run.returncode == 0, log[-6000:]
-    return log
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
+    return run_cli(tmp_path, "--preset", "cpu-moe", "--no-progress", *args)
 
 
 @pytest.mark.slow
@@ -43,8 +27,8 @@ def test_cpu_moe_at_ep2_learns_and_logs_the_router(tmp_path: Path) -> None:
     log = _cli(tmp_path, *EP2, "--output-dir", str(out), f"grpo.max_num_steps={STEPS}")
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     rewards = [r["reward_mean"] for r in records]
-    print(f"cpu-moe EP=2: reward {_mean(rewards[:5]):.3f} -> {_mean(rewards[-5:]):.3f}")
-    assert _mean(rewards[-5:]) > _mean(rewards[:5]) + 0.2, rewards
+    print(f"cpu-moe EP=2: reward {mean(rewards[:5]):.3f} -> {mean(rewards[-5:]):.3f}")
+    assert mean(rewards[-5:]) > mean(rewards[:5]) + 0.2, rewards
     samples = 16 * 16  # cpu-tiny's prompts x generations, every one trained once
     for r in records:
         tokens = r["moe/tokens_per_expert"]
@@ -58,13 +42,9 @@ def test_cpu_moe_at_ep2_learns_and_logs_the_router(tmp_path: Path) -> None:
     assert (out / "reward_loss.png").stat().st_size > 10_000
 
 
-@pytest.mark.nemo_rl
 @pytest.mark.slow
 @pytest.mark.cpu_only(reason=CPU_RUN)
-@pytest.mark.skipif(
-    not source.is_available(),
-    reason=f"NeMo-RL source not present at {source.source_root()} (run tools/apply_patches.sh)",
-)
+@needs_nemo_rl
 @pytest.mark.timeout(1800)
 def test_grpo_train_drives_cpu_moe_at_ep2_and_logs_moe_metrics(tmp_path: Path) -> None:
     from mcore_grpo.nemo_rl_driver.run_metrics import read_scalars
@@ -82,8 +62,8 @@ def test_grpo_train_drives_cpu_moe_at_ep2_and_logs_moe_metrics(tmp_path: Path) -
     assert "Max number of steps has been reached" in log
     scalars = read_scalars(out / "logs")
     rewards = [value for _, value in scalars["train/reward"]]
-    print(f"cpu-moe nemo-rl EP=2: reward {_mean(rewards[:5]):.3f} -> {_mean(rewards[-5:]):.3f}")
-    assert _mean(rewards[-5:]) > _mean(rewards[:5]) + 0.2, rewards
+    print(f"cpu-moe nemo-rl EP=2: reward {mean(rewards[:5]):.3f} -> {mean(rewards[-5:]):.3f}")
+    assert mean(rewards[-5:]) > mean(rewards[:5]) + 0.2, rewards
     # grpo_train logs the worker's moe_metrics under moe/ (grpo.py), prefixed train/.
     for name in ("load_balancing_loss", "z_loss", "load_imbalance", "dropped_tokens"):
         assert len(scalars[f"train/moe/{name}"]) == STEPS, sorted(scalars)

@@ -8,54 +8,36 @@ checkpoint NeMo-RL's `CheckpointManager` published.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from mcore_grpo.nemo_rl_driver import source
 from mcore_grpo.nemo_rl_driver.run_metrics import read_scalars
 
+from tests.support.cli_run import needs_nemo_rl, run_cli
+
 pytestmark = [
-    pytest.mark.nemo_rl,
     pytest.mark.slow,
     pytest.mark.cpu_only(reason="the cpu-tiny preset on Ray CPU actors (gloo)"),
-    pytest.mark.skipif(
-        not source.is_available(),
-        reason=f"NeMo-RL source not present at {source.source_root()} (run tools/apply_patches.sh)",
-    ),
 ]
 
 STEPS = 30
 
 
+@needs_nemo_rl
 @pytest.mark.timeout(1800)
 def test_grpo_train_runs_30_steps_on_two_workers_and_the_reward_rises(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mcore_grpo.cli",
-            "--driver",
-            "nemo-rl",
-            "--workers",
-            "2",
-            "--output-dir",
-            str(out),
-            "--no-progress",
-            f"grpo.max_num_steps={STEPS}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=1700,
-        env=env,
-        cwd=tmp_path,
+    log = run_cli(
+        tmp_path,
+        "--driver",
+        "nemo-rl",
+        "--workers",
+        "2",
+        "--output-dir",
+        str(out),
+        "--no-progress",
+        f"grpo.max_num_steps={STEPS}",
     )
-    log = run.stdout + run.stderr
-    assert run.returncode == 0, log[-6000:]
     assert "driver nemo-rl: nemo_rl.algorithms.grpo.grpo_train from" in log
     assert "Max number of steps has been reached" in log  # grpo_train's own last words
 

@@ -11,7 +11,9 @@ beside it. Bad input is refused in one line naming the fix.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,10 +31,11 @@ def _tokens() -> torch.Tensor:
     return torch.randint(0, 256, (2, 12), generator=torch.Generator().manual_seed(1))
 
 
-def _megatron_logits(checkpoint: str, tp: int, ep: int = 1) -> torch.Tensor:
-    """One rank: parallel state at `tp` x `ep`, the model from `checkpoint`, gathered logits."""
+@contextlib.contextmanager
+def _hf_model(checkpoint: str, tp: int, ep: int) -> Iterator[tuple[WorkerConfig, torch.nn.Module]]:
+    """One rank: parallel state at `tp` x `ep` and the model Bridge builds from `checkpoint`
+    (CPU redirects and no_grad active in the block)."""
     from mcore_grpo.worker.cpu import cpu_device, model_parallel_seed
-    from mcore_grpo.worker.forward import policy_logits
     from mcore_grpo.worker.model import build_gpt
     from megatron.core import parallel_state
 
@@ -51,57 +54,47 @@ def _megatron_logits(checkpoint: str, tp: int, ep: int = 1) -> torch.Tensor:
             ),
         )
         with cpu_device("cpu"), torch.no_grad():
-            _, gpt = build_gpt(config)
-            # Inference: megatron-core refuses an MoE layer at TP > 1 without sequence
-            # parallelism in training mode only.
-            gpt.eval()
-            tokens = _tokens()
-            return policy_logits(gpt, tokens, torch.ones_like(tokens, dtype=torch.bool))
+            yield config, build_gpt(config)[1]
     finally:
         parallel_state.destroy_model_parallel()
 
 
-def _export_changed_model(checkpoint: str, out: str, tp: int, ep: int = 1) -> torch.Tensor:
-    """One rank: the model from `checkpoint` at `tp`, every weight moved (each TP shard by its
-    own amount), exported to `out`; this rank's logits after."""
-    from mcore_grpo.worker.cpu import cpu_device, model_parallel_seed
+def _logits(gpt: torch.nn.Module) -> torch.Tensor:
     from mcore_grpo.worker.forward import policy_logits
+
+    tokens = _tokens()
+    return policy_logits(gpt, tokens, torch.ones_like(tokens, dtype=torch.bool))
+
+
+def _megatron_logits(checkpoint: str, tp: int, ep: int = 1) -> torch.Tensor:
+    """One rank: the model from `checkpoint` at `tp` x `ep`, its gathered logits."""
+    with _hf_model(checkpoint, tp, ep) as (_, gpt):
+        # Inference: megatron-core refuses an MoE layer at TP > 1 without sequence
+        # parallelism in training mode only.
+        gpt.eval()
+        return _logits(gpt)
+
+
+def _export_changed_model(checkpoint: str, out: str, tp: int, ep: int = 1) -> torch.Tensor:
+    """One rank: the model from `checkpoint` at `tp` x `ep`, every weight moved (each TP shard
+    by its own amount), exported to `out`; this rank's logits after."""
     from mcore_grpo.worker.hf_export import export_hf
-    from mcore_grpo.worker.model import build_gpt
     from megatron.core import parallel_state
 
-    parallel_state.initialize_model_parallel(
-        tensor_model_parallel_size=tp, expert_model_parallel_size=ep, expert_tensor_parallel_size=1
-    )
-    try:
-        model_parallel_seed(0, "cpu")
-        config = WorkerConfig(
-            device="cpu",
-            model=ModelConfig(hf_checkpoint=checkpoint),
-            parallel=ParallelConfig(
-                tensor_model_parallel_size=tp,
-                expert_model_parallel_size=ep,
-                expert_tensor_parallel_size=1,
-            ),
-        )
+    with _hf_model(checkpoint, tp, ep) as (config, gpt):
         # A TP shard moves by its own amount; a replicated weight (norms, row-parallel bias)
         # moves alike on every rank, as training keeps the copies equal.
         shard_moves = torch.Generator().manual_seed(
             100 + parallel_state.get_tensor_model_parallel_rank()
         )
         replica_moves = torch.Generator().manual_seed(99)
-        with cpu_device("cpu"), torch.no_grad():
-            _, gpt = build_gpt(config)
-            for param in gpt.parameters():
-                sharded = getattr(param, "tensor_model_parallel", False)
-                moves = shard_moves if sharded else replica_moves
-                param.add_(0.05 * torch.randn(param.shape, generator=moves))
-            tokens = _tokens()
-            logits = policy_logits(gpt, tokens, torch.ones_like(tokens, dtype=torch.bool))
+        for param in gpt.parameters():
+            sharded = getattr(param, "tensor_model_parallel", False)
+            moves = shard_moves if sharded else replica_moves
+            param.add_(0.05 * torch.randn(param.shape, generator=moves))
+        logits = _logits(gpt)
         export_hf(config, gpt, Path(out))
-        return logits
-    finally:
-        parallel_state.destroy_model_parallel()
+    return logits
 
 
 # (arch, TP, EP): every architecture at TP 1 and 2; the MoE one also at EP 2 (experts split).
