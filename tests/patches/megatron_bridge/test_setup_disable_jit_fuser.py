@@ -114,11 +114,15 @@ class _BridgeStubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 @pytest.fixture
 def bridge_stubs(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Install the Bridge stub finder; drop every megatron.bridge module afterwards."""
-    import megatron.core  # noqa: F401  (real megatron-core, imported before the finder)
+    """Install the Bridge stub finder; drop every megatron.bridge module afterwards. A real
+    Bridge an earlier test imported in this process is set aside for the test and put back."""
+    import megatron
+    import megatron.core
 
-    before = {k for k in sys.modules if k == "megatron.bridge" or k.startswith("megatron.bridge.")}
-    assert not before, f"a real megatron.bridge is already imported: {sorted(before)}"
+    for name in [k for k in sys.modules if k == "megatron.bridge" or k.startswith("megatron.")]:
+        if name == "megatron.bridge" or name.startswith("megatron.bridge."):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.delattr(megatron, "bridge", raising=False)
     monkeypatch.setattr(sys, "meta_path", [_BridgeStubFinder(), *sys.meta_path])
     yield
     for name in [

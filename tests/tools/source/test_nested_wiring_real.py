@@ -1,6 +1,6 @@
 """source/nested_wiring.py on copies of the real patched checkouts (where NeMo-RL's source is here).
 
-A temporary superproject holds `git clone --shared` copies of our 3rdparty checkouts at their
+A temporary superproject holds `clone --shared`-like copies of our 3rdparty checkouts at their
 current (patched) HEADs and our manifest; the real 3rdparty is only read. After wiring, the
 paths NeMo-RL's own pyproject (and Bridge's, or NeMo-RL's uv.lock where Bridge is a wheel
 stand-in) name, read with tomllib, must land on those checkouts, and an editable `--no-deps`
@@ -23,6 +23,7 @@ import pytest
 from tests.tools.repos import run
 from tools.patchtool.core.manifest import MANIFEST_PATH, load_manifest
 from tools.patchtool.source.nested_wiring import wire_host
+from tools.patchtool.source.partial import recorded_absent_paths
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 REAL = {
@@ -47,6 +48,34 @@ def _head(path: Path) -> str:
     return run(["rev-parse", "HEAD"], path)
 
 
+def _git_path(repo: Path, name: str) -> Path:
+    path = Path(run(["rev-parse", "--git-path", name], repo))
+    return path if path.is_absolute() else repo / path
+
+
+def _shared_copy(real: Path, copy: Path, root: Path) -> None:
+    """What `git clone --shared` gives (objects borrowed through an alternate, HEAD checked
+    out), made by hand: a clone goes through upload-pack for a shallow source, which refuses a
+    partial one (the exact Bridge pin from the shared snapshot lacks 8 GIF blobs, left out of
+    its checkout and recorded in `patchtool.absentPaths`)."""
+    run(["init", "-q", str(copy)], root)
+    (copy / ".git" / "objects" / "info" / "alternates").write_text(
+        f"{_git_path(real, 'objects')}\n"
+    )
+    if _git_path(real, "shallow").is_file():
+        shutil.copy(_git_path(real, "shallow"), copy / ".git" / "shallow")
+    absent = recorded_absent_paths(real)
+    if absent:  # the absent paths stay out of the working tree, as in the real checkout
+        sparse = copy / ".git" / "info" / "sparse-checkout"
+        sparse.parent.mkdir(parents=True, exist_ok=True)
+        sparse.write_text("/*\n" + "".join(f"!/{path}\n" for path in absent))
+        run(["config", "core.sparseCheckout", "true"], copy)
+    run(["checkout", "-q", "--detach", _head(real)], copy)
+    if absent:
+        run(["config", "--unset", "core.sparseCheckout"], copy)
+        (copy / ".git" / "info" / "sparse-checkout").unlink()
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A superproject of shared clones of our checkouts at their HEADs, wired."""
@@ -55,8 +84,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copy(REPO_ROOT / MANIFEST_PATH, root / MANIFEST_PATH)
     for name, real in REAL.items():
         copy = root / "3rdparty" / name
-        run(["clone", "-q", "--shared", "--no-checkout", str(real), str(copy)], root)
-        run(["checkout", "-q", "--detach", _head(real)], copy)
+        _shared_copy(real, copy, root)
         spec = run(["config", "--get", "patchtool.standin"], real, check=False)
         if spec:
             run(["config", "patchtool.standin", spec], copy)
