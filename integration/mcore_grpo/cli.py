@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mcore-grpo: config error: {err}", file=sys.stderr)
         return 2
     task = build_task(config.task.name, config.task.max_addend, config.task.num_terms)
-    tokens = TaskTokens(vocab_size=task.vocab_size, pad_id=task.pad_id, eos_id=task.eos_id)
+    tokens = TaskTokens.of(task)
 
     if args.driver == "nemo-rl":
         return run_nemo_rl_driver(args, config, output_dir)

@@ -131,18 +131,17 @@ def check_layout(config: RunConfig, world: int, hf: dict[str, Any] | None = None
             f"experts; set it to one of {fits}"
         )
     if hf is not None:
-        _check_model_fits(config, hf, tp, pp)
+        _check_model_fits(config.policy.model_name, hf, tp, pp)
     dp = check_data_parallel(config, world)
     return Layout(world, tp, pp, cp, ep, etp, dp, world // (ep * etp * pp), mc.sequence_parallel)
 
 
-def _check_model_fits(config: RunConfig, hf: dict[str, Any], tp: int, pp: int) -> None:
+def _check_model_fits(model_name: str, hf: dict[str, Any], tp: int, pp: int) -> None:
+    from mcore_grpo.worker.config import ParallelConfig
     from mcore_grpo.worker.hf_checkpoint import check_parallel_layout
 
     try:
-        check_parallel_layout(
-            config.policy.model_name, hf, worker_config(config, _tokens(config)).parallel
-        )
+        check_parallel_layout(model_name, hf, ParallelConfig(tensor_model_parallel_size=tp))
     except ValueError as err:
         raise ConfigError(str(err)) from err
     layers = hf.get("num_hidden_layers")
@@ -151,11 +150,6 @@ def _check_model_fits(config: RunConfig, hf: dict[str, Any], tp: int, pp: int) -
             f"policy.megatron_cfg.pipeline_model_parallel_size={pp} does not divide the "
             f"model's {layers} layers"
         )
-
-
-def _tokens(config: RunConfig) -> TaskTokens:
-    task = build_task(config.task.name, config.task.max_addend, config.task.num_terms)
-    return TaskTokens(vocab_size=task.vocab_size, pad_id=task.pad_id, eos_id=task.eos_id)
 
 
 def hf_config(model_name: str) -> tuple[Any, str]:
@@ -217,6 +211,8 @@ def dry_run(config: RunConfig, preset: str, workers: int | None) -> DryRun:
 
     world = resolve_world(config, workers)
     name = config.policy.model_name
+    task = build_task(config.task.name, config.task.max_addend, config.task.num_terms)
+    worker = worker_config(config, TaskTokens.of(task))
     if is_hf_model(name):
         hf, source = hf_config(name)
         layout = check_layout(config, world, hf.to_dict())
@@ -224,9 +220,9 @@ def dry_run(config: RunConfig, preset: str, workers: int | None) -> DryRun:
     else:
         source = "policy.tiny_model"
         layout = check_layout(config, world)
-        count = tiny_parameter_count(worker_config(config, _tokens(config)))
+        count = tiny_parameter_count(worker)
     try:
-        worker_config(config, _tokens(config)).validate()
+        worker.validate()
     except (ValueError, NotImplementedError) as err:
         raise ConfigError(str(err)) from err
     memory = estimate_memory(count, layout, config)

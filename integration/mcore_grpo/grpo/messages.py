@@ -10,7 +10,10 @@ driver: `GenerateResult`, `TrainResult`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mcore_grpo.grpo.task import DigitAddTask
 
 
 @dataclass(frozen=True)
@@ -20,6 +23,11 @@ class TaskTokens:
     vocab_size: int
     pad_id: int
     eos_id: int
+
+    @classmethod
+    def of(cls, task: DigitAddTask) -> TaskTokens:
+        """The facts of `task` (a built-in task, `mcore_grpo.grpo.task.build_task`)."""
+        return cls(vocab_size=task.vocab_size, pad_id=task.pad_id, eos_id=task.eos_id)
 
 
 @dataclass(frozen=True)

@@ -118,7 +118,7 @@ def setup_run(config: RunConfig, workers: int, output_dir: Path) -> NemoRLRun:
     )
     loss_fn = ClippedPGLossFn(master.loss_fn)
 
-    tokens = TaskTokens(vocab_size=task.vocab_size, pad_id=task.pad_id, eos_id=task.eos_id)
+    tokens = TaskTokens.of(task)
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # inherited by the actors
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")  # see mcore_grpo.grpo.runner
     start_local_ray(workers)
