@@ -35,6 +35,7 @@ pytestmark = [
     ),
 ]
 
+# `{provider_kwargs}`: extra `GPTModelProvider` fields a test adds to the tiny model.
 SCRIPT = """
 import sys
 sys.path.insert(0, sys.argv[1])
@@ -50,7 +51,7 @@ with cpu_device("cpu"):
     provider = GPTModelProvider(
         num_layers=1, hidden_size=32, ffn_hidden_size=64, num_attention_heads=4, vocab_size=64,
         seq_length=16, normalization="RMSNorm", params_dtype=torch.float32,
-        use_cpu_initialization=True,
+        use_cpu_initialization=True, {provider_kwargs}
     )
     provider.finalize()
     model = provider.provide_distributed_model(wrap_with_ddp=False, use_cpu_initialization=True)[0]
@@ -59,13 +60,20 @@ print("logits", tuple(logits.shape))
 """
 
 
-@pytest.mark.timeout(600)
-def test_provider_builds_and_runs_a_model_without_transformer_engine() -> None:
+def build_and_run_provider(provider_kwargs: str = "") -> None:
+    """A tiny `GPTModelProvider` (plus `provider_kwargs`, Python keyword text) built by Bridge
+    from the tree under test and run once, in a fresh interpreter; fails with its stderr."""
+    script = SCRIPT.replace("{provider_kwargs}", provider_kwargs)
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(BRIDGE_SRC), str(free_port())],
+        [sys.executable, "-c", script, str(BRIDGE_SRC), str(free_port())],
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "logits (1, 8, 64)" in proc.stdout
+
+
+@pytest.mark.timeout(600)
+def test_provider_builds_and_runs_a_model_without_transformer_engine() -> None:
+    build_and_run_provider()
