@@ -26,11 +26,11 @@ from mcore_grpo.grpo.checkpoint import CheckpointError
 from mcore_grpo.grpo.config_loader import DEFAULT_PRESET, load_config, preset_names
 from mcore_grpo.grpo.dry_run import check_layout
 from mcore_grpo.grpo.hf_model import is_hf_model, resolve_model
+from mcore_grpo.grpo.math_task import make_task
 from mcore_grpo.grpo.messages import TaskTokens
 from mcore_grpo.grpo.metrics import summarize
 from mcore_grpo.grpo.runner import WorkerFailed, make_runner
 from mcore_grpo.grpo.schema import ConfigError, RunConfig, unused_settings
-from mcore_grpo.grpo.task import build_task
 from mcore_grpo.grpo.worker_settings import sampling_params
 
 log = logging.getLogger("mcore_grpo")
@@ -190,7 +190,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"mcore-grpo: config error: {err}", file=sys.stderr)
         return 2
-    task = build_task(config.task.name, config.task.max_addend, config.task.num_terms)
+    try:
+        task = make_task(config)
+    except ConfigError as err:
+        print(f"mcore-grpo: config error: {err}", file=sys.stderr)
+        return 2
     tokens = TaskTokens.of(task)
 
     if args.driver == "nemo-rl":

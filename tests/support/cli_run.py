@@ -25,8 +25,8 @@ def needs_nemo_rl(test: F) -> F:
     return pytest.mark.nemo_rl(skip(test))
 
 
-def run_cli(cwd: Path, *args: str, timeout: int = 1700) -> str:
-    """`python -m mcore_grpo.cli ARGS` in `cwd`; its output, asserting exit status 0."""
+def run_cli_status(cwd: Path, *args: str, timeout: int = 1700) -> tuple[int, str]:
+    """`python -m mcore_grpo.cli ARGS` in `cwd`: (exit status, stdout + stderr)."""
     run = subprocess.run(
         [sys.executable, "-m", "mcore_grpo.cli", *args],
         capture_output=True,
@@ -35,8 +35,13 @@ def run_cli(cwd: Path, *args: str, timeout: int = 1700) -> str:
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
         cwd=cwd,
     )
-    log = run.stdout + run.stderr
-    assert run.returncode == 0, log[-6000:]
+    return run.returncode, run.stdout + run.stderr
+
+
+def run_cli(cwd: Path, *args: str, timeout: int = 1700) -> str:
+    """`python -m mcore_grpo.cli ARGS` in `cwd`; its output, asserting exit status 0."""
+    code, log = run_cli_status(cwd, *args, timeout=timeout)
+    assert code == 0, log[-6000:]
     return log
 
 

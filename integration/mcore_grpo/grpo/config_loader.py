@@ -17,13 +17,8 @@ from typing import Any
 
 import yaml
 
-from mcore_grpo.grpo.schema import (
-    INTERPOLATED_DEFAULTS,
-    ConfigError,
-    RunConfig,
-    check_refused_key,
-    validate,
-)
+from mcore_grpo.grpo.nemo_rl_keys import INTERPOLATED_DEFAULTS, check_refused_key
+from mcore_grpo.grpo.schema import ConfigError, RunConfig, validate
 
 PRESET_PACKAGE = "mcore_grpo.presets"
 DEFAULT_PRESET = "cpu-tiny"

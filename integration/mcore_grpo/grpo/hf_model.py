@@ -5,7 +5,9 @@ this module writes once under the run's output directory, with the task's tokeni
 beside the weights: a real HF checkpoint that Megatron-Bridge converts and exports, made
 without a download. Any other name but ``tiny-gpt`` is a checkpoint directory or Hub id.
 
-The built-in tasks speak their own 15-symbol vocabulary, so a checkpoint whose tokenizer
+``smollm2-135m-instruct``, a ``.gguf`` file, a missing path or an unreachable Hub id:
+`mcore_grpo.grpo.pretrained`. The math tasks (``arithmetic``, ``math-dataset``) speak the
+checkpoint's own tokenizer. The built-in tasks speak their own 15-symbol vocabulary, so a checkpoint whose tokenizer
 gives the task's symbols other ids cannot learn them: refused here, in one line, before a
 worker starts. Every process of the run is given the resolved path (the driver resolves it
 once, so ranks never race to write it).
@@ -17,7 +19,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from mcore_grpo.grpo.schema import ConfigError, RunConfig
+from mcore_grpo.grpo.pretrained import resolve_pretrained
+from mcore_grpo.grpo.schema import MATH_TASKS, ConfigError, RunConfig
 from mcore_grpo.grpo.task import BOS, EOS, PAD, SYMBOLS, build_tokenizer
 
 TINY_GPT = "tiny-gpt"
@@ -46,7 +49,10 @@ def resolve_model(config: RunConfig, output_dir: Path) -> RunConfig:
         return config
     if name.startswith(TINY_HF_PREFIX):
         name = str(_tiny_checkpoint(name, output_dir, config.grpo.seed))
-    _check_tokenizer(name)
+    else:
+        name = resolve_pretrained(name)
+    if config.task.name not in MATH_TASKS:
+        _check_tokenizer(name)
     policy = dataclasses.replace(config.policy, model_name=name)
     return dataclasses.replace(config, policy=policy)
 

@@ -25,15 +25,16 @@ ADDRESS_ENV = "RAY_ADDRESS"
 _SAVED_ADDRESS: list[str | None] = []  # RAY_ADDRESS before start_local_ray set it
 
 
-def start_local_ray(workers: int) -> None:
-    """`ray.init` for `workers` actors on this machine (no dashboard), retried if slow."""
+def start_local_ray(workers: int, extra_cpus: int = 0) -> None:
+    """`ray.init` for `workers` actors on this machine (no dashboard), retried if slow;
+    `extra_cpus` more logical CPUs for actors that mostly wait (e.g. NeMo-RL's environments)."""
     os.environ.setdefault(NICENESS_ENV, "0")
     import ray
 
     for attempt in range(1, START_ATTEMPTS + 1):
         try:
             ray.init(
-                num_cpus=max(workers, os.cpu_count() or 1),
+                num_cpus=max(workers, os.cpu_count() or 1) + extra_cpus,
                 include_dashboard=False,
                 log_to_driver=True,
                 configure_logging=False,

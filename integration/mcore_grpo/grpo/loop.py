@@ -19,7 +19,7 @@ import math
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ import torch
 from mcore_grpo.grpo import checkpoint
 from mcore_grpo.grpo.advantages import group_advantages
 from mcore_grpo.grpo.config_loader import dump_yaml
+from mcore_grpo.grpo.evaluation import Evaluator
 from mcore_grpo.grpo.messages import GenerateResult, GroupSpec, TrainResult, TrainShard
 from mcore_grpo.grpo.metrics import (
     MetricsWriter,
@@ -39,7 +40,7 @@ from mcore_grpo.grpo.metrics import (
 )
 from mcore_grpo.grpo.runner import Runner
 from mcore_grpo.grpo.schema import RunConfig, check_data_parallel
-from mcore_grpo.grpo.task import DigitAddTask, Problem
+from mcore_grpo.grpo.task import Task
 
 log = logging.getLogger("mcore_grpo")
 
@@ -108,7 +109,7 @@ class GRPOLoop:
     def __init__(
         self,
         config: RunConfig,
-        task: DigitAddTask,
+        task: Task,
         runner: Runner,
         output_dir: Path,
         *,
@@ -130,7 +131,7 @@ class GRPOLoop:
                 f"grpo.num_prompts_per_step={config.grpo.num_prompts_per_step} must be a "
                 f"multiple of the data-parallel size {self.dp} (whole prompt groups per worker)"
             )
-        prompt_len = max(len(p.prompt_ids) for p in task.all_problems())
+        prompt_len = task.max_prompt_tokens
         self.seq_len = prompt_len + config.policy.generation.max_new_tokens
         if self.seq_len > config.policy.max_total_sequence_length:
             raise ValueError(
@@ -139,6 +140,7 @@ class GRPOLoop:
                 f"policy.max_total_sequence_length={config.policy.max_total_sequence_length}"
             )
         self.signature = checkpoint.model_signature(config.to_dict(), task.vocab_size)
+        self.evaluator = Evaluator(task, config.grpo.max_val_samples)
 
     # ---- one step -------------------------------------------------------------------
     def step(self, step: int) -> dict[str, Any]:
@@ -151,11 +153,9 @@ class GRPOLoop:
         responses, gen_logprobs = self._generate(step, problems)
         generation_time = time.perf_counter() - gen_start
         _injected_kill("step", step)
-        sample_problems: list[Problem] = [p for p in problems for _ in range(n)]
+        sample_problems: list[Any] = [p for p in problems for _ in range(n)]
 
-        rewards = torch.tensor(
-            [self.task.reward(r, p) for r, p in zip(responses, sample_problems, strict=True)]
-        )
+        rewards = torch.tensor(self.task.rewards(responses, sample_problems), dtype=torch.float32)
         group_ids = torch.arange(len(problems)).repeat_interleave(n)
         advantages = group_advantages(
             rewards,
@@ -193,7 +193,7 @@ class GRPOLoop:
         return record
 
     def _generate(
-        self, step: int, problems: list[Problem]
+        self, step: int, problems: Sequence[Any]
     ) -> tuple[list[list[int]], list[list[float]]]:
         """Responses and their sampler logprobs, `num_generations_per_prompt` per problem."""
         groups = [GroupSpec(i, p.prompt_ids) for i, p in enumerate(problems)]
@@ -208,7 +208,7 @@ class GRPOLoop:
 
     def _train_shards(
         self,
-        sample_problems: list[Problem],
+        sample_problems: list[Any],
         responses: list[list[int]],
         advantages: torch.Tensor,
         gen_logprobs: list[list[float]],
@@ -230,6 +230,38 @@ class GRPOLoop:
             for r, shard in enumerate(self.layout.per_rank(shards)):
                 rank_shards[r].append(shard)
         return rank_shards
+
+    # ---- held-out evaluation --------------------------------------------------------
+    def _evaluates_after(self, step: int) -> bool:
+        g = self.config.grpo
+        last = step == g.max_num_steps and g.val_at_end
+        return last or (g.val_period > 0 and step % g.val_period == 0)
+
+    def _evaluate(self, step: int) -> dict[str, float]:
+        """Greedy accuracy on the task's held-out split after `step` (0: before training),
+        by the workers' own generation and the task's verifier; samples to
+        validation_samples.jsonl."""
+        problems = self.evaluator.problems
+        if not problems:
+            return {}
+        start = time.perf_counter()
+        size = -(-len(problems) // self.dp)
+        chunks = [
+            [p.prompt_ids for p in problems[i * size : (i + 1) * size]] for i in range(self.dp)
+        ]
+        batch = self.config.grpo.val_batch_size
+        outputs = self.runner.call("evaluate", [(c, batch) for c in self.layout.per_rank(chunks)])
+        responses = [r for out in self.layout.per_replica(outputs) for r in out]
+        result = self.evaluator.score(step, problems, responses, self.output_dir)
+        result["validation/time_s"] = time.perf_counter() - start
+        log.info(
+            "validation after step %d: accuracy %.3f on %d held-out problems (greedy, %.0f s)",
+            step,
+            result["validation/accuracy"],
+            len(problems),
+            result["validation/time_s"],
+        )
+        return result
 
     # ---- checkpoints ----------------------------------------------------------------
     def save(self, step: int) -> Path:
@@ -288,9 +320,15 @@ class GRPOLoop:
             bar = tqdm(total=max_steps, initial=first - 1, desc="GRPO", unit="step", leave=True)
         result = RunResult(metrics_path=metrics_path)
         period = self.config.checkpointing.save_period
+        at_start = self._evaluate(0) if first == 1 and self.config.grpo.val_at_start else {}
         try:
             for step in range(first, max_steps + 1):
                 record = self.step(step)
+                record.update(
+                    {f"{k}_at_start": v for k, v in at_start.items()} if step == 1 else {}
+                )
+                if self._evaluates_after(step):
+                    record.update(self._evaluate(step))
                 writer.write(record)
                 line = step_line(record, max_steps)
                 if bar is not None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mcore_grpo.grpo.task import DigitAddTask
+    from mcore_grpo.grpo.task import Task
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class TaskTokens:
     eos_id: int
 
     @classmethod
-    def of(cls, task: DigitAddTask) -> TaskTokens:
+    def of(cls, task: Task) -> TaskTokens:
         """The facts of `task` (a built-in task, `mcore_grpo.grpo.task.build_task`)."""
         return cls(vocab_size=task.vocab_size, pad_id=task.pad_id, eos_id=task.eos_id)
 

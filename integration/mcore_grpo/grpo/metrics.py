@@ -140,6 +140,14 @@ def step_line(record: Mapping[str, Any], max_steps: int) -> str:
             if "moe/load_balancing_loss" in record
             else ""
         )
+        + "".join(
+            f"| {label} {record[key]:.3f} "
+            for key, label in (
+                ("validation/accuracy_at_start", "held-out acc before"),
+                ("validation/accuracy", "held-out acc"),
+            )
+            if key in record
+        )
         + f"| gen {record['generation_time_s']:.2f}s lp {record['logprob_time_s']:.2f}s "
         f"train {record['training_time_s']:.2f}s | step {record['step_time_s']:.2f}s"
     )
@@ -173,6 +181,21 @@ def plot_metrics(records: Sequence[Mapping[str, Any]], png_path: Path, title: st
     ax_r.plot(steps, moving_average(rewards, 5), label="5-step average")
     if "accuracy" in records[0]:
         ax_r.plot(steps, [r["accuracy"] for r in records], alpha=0.6, label="exact-answer rate")
+    validation = [
+        (0, r["validation/accuracy_at_start"])
+        for r in records[:1]
+        if "validation/accuracy_at_start" in r
+    ]
+    validation += [
+        (r["step"], r["validation/accuracy"]) for r in records if "validation/accuracy" in r
+    ]
+    if validation:
+        ax_r.plot(
+            *zip(*validation, strict=True),
+            marker="o",
+            color="black",
+            label="held-out accuracy (greedy)",
+        )
     ax_r.set_ylabel("reward")
     ax_r.set_ylim(-0.02, 1.02)
     ax_r.grid(alpha=0.3)

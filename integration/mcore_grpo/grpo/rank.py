@@ -11,8 +11,10 @@ loss, `loss`.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -23,9 +25,10 @@ import torch.distributed as dist
 from mcore_grpo.grpo.loss import RecordingLossSum
 from mcore_grpo.grpo.messages import GenerateResult, GroupSpec, TaskTokens, TrainResult, TrainShard
 from mcore_grpo.grpo.schema import RunConfig
-from mcore_grpo.grpo.train_batch import logprob_sums, shard_batch
+from mcore_grpo.grpo.train_batch import logprob_sums, shard_batch, trained_length
 from mcore_grpo.grpo.worker_settings import sampling_params, worker_config
 from mcore_grpo.worker.parallel import backend_for
+from mcore_grpo.worker.sampling import GroupGenerators
 
 # How long a collective may wait for a peer before gloo gives up (the driver normally
 # notices a dead worker first and kills the rest).
@@ -39,6 +42,17 @@ class InjectedFailure(RuntimeError):
 def group_seed(seed: int, step: int, group: int) -> int:
     """Sampling seed of one prompt group at one step (independent of the worker layout)."""
     return (seed * 1_000_003 + step * 10_007 + group) % (2**63 - 1)
+
+
+def left_padded(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B, W] prompt ids left-padded to the longest (W) and their mask (1 = real token)."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+        mask[row, width - len(prompt) :] = 1
+    return ids, mask
 
 
 class PolicyRank:
@@ -90,32 +104,59 @@ class PolicyRank:
             raise InjectedFailure(f"injected failure in {where} at step {step} on rank {self.rank}")
 
     def generate(self, step: int, groups: list[GroupSpec]) -> GenerateResult:
-        """Sample `num_generations_per_prompt` responses per group; returns token lists."""
+        """Sample `num_generations_per_prompt` responses per group; returns token lists.
+
+        All of this rank's groups go through one batched generate call (left-padded to the
+        longest prompt), each group drawing from its own seeded generator
+        (`GroupGenerators`), so its samples do not depend on the other groups in the batch."""
         self._maybe_fail(step, "generate")
         start = time.perf_counter()
         n = self.config.grpo.num_generations_per_prompt
         self.worker.prepare_for_generation()
+        device = self.worker.device
+        prompts = [group.prompt_ids for group in groups for _ in range(n)]
+        ids, mask = left_padded(prompts, self.tokens.pad_id)
+        # On the worker's device: CUDA sampling cannot draw from a CPU generator.
+        generators = GroupGenerators(
+            tuple(
+                torch.Generator(device=device).manual_seed(
+                    group_seed(self.config.grpo.seed, step, group.index)
+                )
+                for group in groups
+            ),
+            rows=n,
+        )
+        out = self.worker.generate(ids, mask, self.sampling, generators)
+        width = ids.shape[1]
         responses: list[list[int]] = []
         gen_logprobs: list[list[float]] = []
-        device = self.worker.device
-        for group in groups:
-            prompt = torch.tensor([group.prompt_ids] * n, dtype=torch.long, device=device)
-            # On the worker's device: CUDA sampling cannot draw from a CPU generator.
-            generator = torch.Generator(device=device).manual_seed(
-                group_seed(self.config.grpo.seed, step, group.index)
-            )
-            out = self.worker.generate(prompt, torch.ones_like(prompt), self.sampling, generator)
-            plen = prompt.shape[1]
-            for row in range(n):
-                length = int(out.generation_lengths[row])
-                responses.append(out.output_ids[row, plen : plen + length].tolist())
-                gen_logprobs.append(out.logprobs[row, plen : plen + length].tolist())
+        for row in range(len(prompts)):
+            length = int(out.generation_lengths[row])
+            responses.append(out.output_ids[row, width : width + length].tolist())
+            gen_logprobs.append(out.logprobs[row, width : width + length].tolist())
         self.worker.finish_generation()
         return GenerateResult(
             responses=responses,
             generation_logprobs=gen_logprobs,
             time_s=time.perf_counter() - start,
         )
+
+    def evaluate(self, prompts: list[tuple[int, ...]], batch_size: int) -> list[list[int]]:
+        """Greedy responses to `prompts` (held-out evaluation), `batch_size` prompts per
+        generate call, each batch left-padded to its longest prompt."""
+        params = dataclasses.replace(self.sampling, greedy=True)
+        self.worker.prepare_for_generation()
+        responses: list[list[int]] = []
+        for start in range(0, len(prompts), batch_size):
+            chunk = prompts[start : start + batch_size]
+            ids, mask = left_padded(chunk, self.tokens.pad_id)
+            width = ids.shape[1]
+            out = self.worker.generate(ids, mask, params)
+            for row in range(len(chunk)):
+                length = int(out.generation_lengths[row])
+                responses.append(out.output_ids[row, width : width + length].tolist())
+        self.worker.finish_generation()
+        return responses
 
     def _logprobs(self, batch: dict[str, torch.Tensor], reference: bool) -> torch.Tensor:
         size = self.config.policy.logprob_batch_size
@@ -131,7 +172,13 @@ class PolicyRank:
         for the driver to reduce, and the time split.
         """
         self._maybe_fail(step, "train")
-        batches = [shard_batch(s, seq_len, self.tokens.pad_id, self.worker.device) for s in shards]
+        multiple = 8 * self.config.policy.megatron_cfg.tensor_model_parallel_size
+        batches = [
+            shard_batch(
+                s, trained_length(s, seq_len, multiple), self.tokens.pad_id, self.worker.device
+            )
+            for s in shards
+        ]
         start = time.perf_counter()
         self.worker.prepare_for_lp_inference()
         sums = []

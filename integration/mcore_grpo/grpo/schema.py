@@ -19,84 +19,6 @@ class ConfigError(ValueError):
     """A run config that cannot be used; the message names the key and the fix."""
 
 
-# NeMo-RL keys this project does not implement ON PURPOSE, with NeMo-RL's default and why.
-# A config may spell one at NeMo-RL's default (it asks for what runs here anyway, so NeMo-RL's
-# example YAMLs load); any other value is refused with the reason.
-_NOT_IMPLEMENTED_LOSS = "not implemented in mcore_grpo.grpo.loss"
-REFUSED_NEMO_RL_KEYS: dict[str, tuple[Any, str]] = {
-    "loss_fn.use_importance_sampling_correction": (
-        False,
-        "the sampler here is the trained model itself (no separate inference engine), so "
-        "there is no train/generation mismatch to correct; " + _NOT_IMPLEMENTED_LOSS,
-    ),
-    "loss_fn.truncated_importance_sampling_type": (
-        None,
-        "needs loss_fn.use_importance_sampling_correction (refused)",
-    ),
-    "loss_fn.truncated_importance_sampling_ratio": (
-        None,
-        "needs loss_fn.use_importance_sampling_correction (refused)",
-    ),
-    "loss_fn.truncated_importance_sampling_ratio_min": (
-        None,
-        "needs loss_fn.use_importance_sampling_correction (refused)",
-    ),
-    "loss_fn.sequence_level_importance_ratios": (False, "GSPO is " + _NOT_IMPLEMENTED_LOSS),
-    "loss_fn.disable_ppo_ratio": (
-        False,
-        "REINFORCE/RLOO without the ratio is " + _NOT_IMPLEMENTED_LOSS,
-    ),
-    "loss_fn.use_cispo": (False, "CISPO is " + _NOT_IMPLEMENTED_LOSS),
-    "loss_fn.use_on_policy_kl_approximation": (
-        False,
-        "its KL weights exp(logp - generation_logp) need the importance-sampling path; "
-        + _NOT_IMPLEMENTED_LOSS,
-    ),
-    "loss_fn.force_on_policy_ratio": (False, _NOT_IMPLEMENTED_LOSS),
-    "loss_fn.use_kl_in_reward": (
-        False,
-        "the KL-in-reward path belongs to NeMo-RL's Reinforce++ estimator, which is not "
-        "implemented (grpo.adv_estimator.name must be 'grpo')",
-    ),
-    "loss_fn.positive_example_nll_weight": (0.0, "VAPO's NLL term is " + _NOT_IMPLEMENTED_LOSS),
-    "grpo.adv_estimator.reward_weights": (
-        None,
-        "read only by NeMo-RL's GDPO estimator, which is not implemented "
-        "(grpo.adv_estimator.name must be 'grpo')",
-    ),
-}
-
-
-def check_refused_key(key: str, value: Any, where: str) -> bool:
-    """True if `key` is a refused NeMo-RL key at NeMo-RL's default (drop it); raises
-    `ConfigError` with the reason for any other value; False for every other key."""
-    if key not in REFUSED_NEMO_RL_KEYS:
-        return False
-    default, reason = REFUSED_NEMO_RL_KEYS[key]
-    if value == default and type(value) is type(default):
-        return True
-    raise ConfigError(
-        f"'{key}={_yaml_scalar(value)}' ({where}) is refused: {reason}. NeMo-RL's default "
-        f"{key}={_yaml_scalar(default)} is accepted."
-    )
-
-
-def _yaml_scalar(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return str(value).lower()
-    return str(value)
-
-
-# NeMo-RL's example configs (examples/configs/grpo_math_1B.yaml) write these two keys as
-# OmegaConf interpolations of the grpo.* ones; the same text here means "unset" (null).
-INTERPOLATED_DEFAULTS: dict[str, str] = {
-    "grpo.adv_estimator.normalize_rewards": "${grpo.normalize_rewards}",
-    "grpo.adv_estimator.use_leave_one_out_baseline": "${grpo.use_leave_one_out_baseline}",
-}
-
-
 # NeMo-RL's advantage estimators; this project implements GRPO's only.
 ADV_ESTIMATORS = ("grpo",)
 
@@ -139,6 +61,14 @@ class GRPOSection:
     use_leave_one_out_baseline: bool = True
     seed: int = 42
     adv_estimator: AdvEstimatorSection = field(default_factory=AdvEstimatorSection)
+    # Held-out evaluation (math tasks), NeMo-RL's keys: greedy accuracy on the eval split
+    # before step 1, every val_period steps (0: never) and after the last step; at most
+    # max_val_samples problems, val_batch_size prompts per generate call.
+    val_period: int = 0
+    val_at_start: bool = False
+    val_at_end: bool = False
+    max_val_samples: int = 256
+    val_batch_size: int = 32
 
     @property
     def advantage_normalize_rewards(self) -> bool:
@@ -265,14 +195,53 @@ class PolicySection:
     megatron_cfg: MegatronSection = field(default_factory=MegatronSection)
 
 
+# task.name of the real-model math tasks (mcore_grpo.grpo.math_task): the checkpoint's tokenizer.
+MATH_TASKS = ("arithmetic", "math-dataset")
+
+
+@dataclass
+class ArithmeticSection:
+    """``task.arithmetic.*``: the generated arithmetic problems' difficulty knob
+    (`mcore_grpo.grpo.math_data.ArithmeticSpec`) and how many distinct problems to draw."""
+
+    digits: int = 1
+    operations: list[str] = field(default_factory=lambda: ["+", "*"])
+    terms: int = 3
+    num_problems: int = 2000
+    seed: int = 7
+
+
+@dataclass
+class DatasetSection:
+    """``task.dataset.*``: a local JSONL/Parquet math dataset (GSM8K's shape by default;
+    NeMo-RL's ``problem``/``expected_answer`` with answer_format=plain)."""
+
+    train_path: str = "../shared/data/gsm8k/train.jsonl"
+    # None: the eval split is task.eval_size rows held out of train_path.
+    eval_path: str | None = "../shared/data/gsm8k/test.jsonl"
+    question_key: str = "question"
+    answer_key: str = "answer"
+    answer_format: str = "gsm8k"  # or "plain"
+    seed: int = 7
+
+
 @dataclass
 class TaskSection:
-    """``task.*``: the verifiable task (see `mcore_grpo.grpo.task`)."""
+    """``task.*``: the verifiable task (see `mcore_grpo.grpo.task` and, for a real model's
+    math tasks ``arithmetic`` / ``math-dataset``, `mcore_grpo.grpo.math_task`)."""
 
     name: str = "digit-add"
     max_addend: int = 1
     # count-on only: how many terms the answer has (the response is num_terms + 1 tokens).
     num_terms: int = 20
+    # Math tasks: held-out problems (0 with an eval_path: all of it), prompts longer than
+    # max_prompt_tokens left out, NeMo-RL's prompt files (None: examples/prompts/cot.txt).
+    eval_size: int = 200
+    max_prompt_tokens: int = 256
+    prompt_file: str | None = None
+    system_prompt_file: str | None = None
+    arithmetic: ArithmeticSection = field(default_factory=ArithmeticSection)
+    dataset: DatasetSection = field(default_factory=DatasetSection)
 
 
 @dataclass
@@ -373,6 +342,12 @@ def validate(config: RunConfig) -> None:
         raise ConfigError(
             f"checkpointing.save_period={config.checkpointing.save_period}: must be >= 0 "
             "(0: only at the end of the run)"
+        )
+    if config.task.name in MATH_TASKS and p.model_name == "tiny-gpt":
+        raise ConfigError(
+            f"task.name={config.task.name} needs a pretrained Hugging Face model with a chat "
+            "template (policy.model_name: smollm2-135m-instruct, a checkpoint directory or a Hub "
+            "id); tiny-gpt speaks only the built-in tasks' 15 symbols"
         )
     if config.checkpointing.save_consolidated and p.model_name == "tiny-gpt":
         raise ConfigError(

@@ -33,6 +33,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
@@ -74,6 +75,35 @@ def score_response(response_ids: Sequence[int], answer_id: int, eos_id: int) -> 
     if len(response_ids) >= 2 and response_ids[1] == eos_id:
         return 1.0
     return PARTIAL_REWARD
+
+
+class Task(Protocol):
+    """What the GRPO loop and the ranks need of a task: the built-in tasks here and the real
+    model's math tasks (`mcore_grpo.grpo.math_task.MathTask`)."""
+
+    name: str
+    vocab_size: int
+    pad_id: int
+    eos_id: int
+
+    @property
+    def max_prompt_tokens(self) -> int:
+        """The longest prompt a step can draw, in tokens."""
+        ...
+
+    def sample_problems(self, n: int, seed: int, step: int) -> Sequence[Any]:
+        """`n` problems of step `step`, a pure function of (seed, step)."""
+        ...
+
+    def rewards(self, responses: Sequence[Sequence[int]], problems: Sequence[Any]) -> list[float]:
+        """The reward of each response to its problem."""
+        ...
+
+    def position_accuracy(
+        self, responses: Sequence[Sequence[int]], problems: Sequence[Any]
+    ) -> list[float]:
+        """Per answer position, the share of responses right there (empty: no fixed form)."""
+        ...
 
 
 class DigitAddTask:
@@ -118,6 +148,15 @@ class DigitAddTask:
     def reward(self, response_ids: Sequence[int], problem: Problem) -> float:
         """`score_response` against this problem's answer."""
         return score_response(response_ids, self.token_id(str(problem.answer)), self.eos_id)
+
+    def rewards(self, responses: Sequence[Sequence[int]], problems: Sequence[Any]) -> list[float]:
+        """`reward` of each response."""
+        return [self.reward(r, p) for r, p in zip(responses, problems, strict=True)]
+
+    @property
+    def max_prompt_tokens(self) -> int:
+        """The longest prompt of `all_problems`."""
+        return max(len(p.prompt_ids) for p in self.all_problems())
 
     def targets(self, problem: Problem) -> list[int]:
         """Token ids of the exact answer: the digit, then ``<eos>``."""

@@ -52,6 +52,16 @@ def aligned_logprobs(
     return out
 
 
+def trained_length(shard: TrainShard, seq_len: int, multiple: int) -> int:
+    """The padded length of `shard`'s rows: its longest prompt + response rounded up to
+    `multiple` (a tensor-parallel split needs the sequence to divide), at most `seq_len`.
+
+    Rows are padded to what the shard needs, not to the run's maximum: a model that learned
+    short answers stops paying for the response budget it no longer uses."""
+    longest = max(len(p) + len(r) for p, r in zip(shard.prompts, shard.responses, strict=True))
+    return min(seq_len, -(-longest // multiple) * multiple)
+
+
 def shard_batch(
     shard: TrainShard, seq_len: int, pad_id: int, device: torch.device | str = "cpu"
 ) -> dict[str, torch.Tensor]:

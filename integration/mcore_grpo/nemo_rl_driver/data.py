@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from mcore_grpo.grpo.math_task import MathTask
 from mcore_grpo.grpo.task import DigitAddTask, Problem
 from mcore_grpo.nemo_rl_driver.source import ensure_on_path
 
@@ -104,6 +105,59 @@ def build_dataloader(
         process_datum,
         max_seq_length=max_seq_length,
     )
+    return StatefulDataLoader(
+        dataset,
+        batch_size=num_prompts,
+        shuffle=False,
+        collate_fn=rl_collate_fn,
+        drop_last=True,
+        num_workers=0,
+    )
+
+
+# The task name NeMo-RL's math recipes give their rows, and the environment that scores them.
+MATH_ENV = "math"
+
+
+def math_rows(task: MathTask, num_prompts: int, seed: int, steps: int) -> list[dict]:
+    """Raw rows in the shape NeMo-RL's `math_hf_data_processor` reads (question, answer),
+    step 1's prompts first: the problems our loop draws, step by step."""
+    return [
+        {
+            "messages": [
+                {"role": "user", "content": problem.question},
+                {"role": "assistant", "content": problem.answer},
+            ],
+            "task_name": MATH_ENV,
+        }
+        for step in range(1, steps + 1)
+        for problem in task.sample_problems(num_prompts, seed, step)
+    ]
+
+
+def build_math_dataloader(
+    task: MathTask, spec: Any, *, num_prompts: int, seed: int, steps: int, max_seq_length: int
+) -> Any:
+    """NeMo-RL's `AllTaskProcessedDataset` over `math_rows` with NeMo-RL's own
+    `math_hf_data_processor` and prompt spec (`spec`), in a `StatefulDataLoader`."""
+    ensure_on_path()
+    from nemo_rl.data.collate_fn import rl_collate_fn
+    from nemo_rl.data.datasets import AllTaskProcessedDataset
+    from nemo_rl.data.processors import math_hf_data_processor
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    rows = math_rows(task, num_prompts, seed, steps)
+    dataset = AllTaskProcessedDataset(
+        rows, task.tokenizer, spec, math_hf_data_processor, max_seq_length=max_seq_length
+    )
+    first = dataset[0]["message_log"][0]["token_ids"].tolist()
+    expected = list(task.sample_problems(num_prompts, seed, 1)[0].prompt_ids)
+    if first != expected:
+        raise ValueError(
+            "NeMo-RL's math_hf_data_processor renders the first prompt differently from the "
+            f"task ({len(first)} vs {len(expected)} tokens); the two drivers would not train on "
+            "the same prompts"
+        )
     return StatefulDataLoader(
         dataset,
         batch_size=num_prompts,

@@ -69,3 +69,11 @@ def start_environment(task_name: str, max_addend: int, num_terms: int) -> Any:
 
     actor = ray.remote(num_cpus=0)(TaskEnvironment)
     return actor.remote(task_name, max_addend, num_terms)  # type: ignore[attr-defined]
+
+
+def start_math_environment() -> Any:
+    """NeMo-RL's own `MathEnvironment` actor, made by its `create_env` as its math recipes do
+    (one verifier worker: hf_math_verify, NeMo-RL's default)."""
+    from nemo_rl.environments.utils import create_env
+
+    return create_env("math", {"num_workers": 1})

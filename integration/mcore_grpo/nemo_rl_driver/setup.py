@@ -5,7 +5,9 @@ pieces come from NeMo-RL's own classes where NeMo-RL has them -- `MasterConfig`,
 `CheckpointManager` and the GRPO save state, `ClippedPGLossFn`, `AllTaskProcessedDataset` in a
 `StatefulDataLoader`, the Megatron weight synchronizer -- and from this package where the
 worker is ours: the policy and its colocated generation over `NemoRLRank` actors (CPU, gloo),
-the task as an environment actor, the task tokenizer.
+the task as an environment actor, the task tokenizer. A math task (a real pretrained model)
+takes NeMo-RL's own pieces there too: its `math_hf_data_processor` renders the prompts with the
+checkpoint's tokenizer and chat template, its `MathEnvironment` (hf_math_verify) scores them.
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from mcore_grpo.grpo.local_ray import start_local_ray, stop_local_ray
+from mcore_grpo.grpo.math_task import MathTask, make_task
 from mcore_grpo.grpo.messages import TaskTokens
 from mcore_grpo.grpo.runner import RayRunner
 from mcore_grpo.grpo.schema import ConfigError, RunConfig, check_data_parallel
-from mcore_grpo.grpo.task import build_task
+from mcore_grpo.grpo.task import DigitAddTask
 from mcore_grpo.nemo_rl_driver.config import master_config
-from mcore_grpo.nemo_rl_driver.data import build_dataloader
+from mcore_grpo.nemo_rl_driver.data import MATH_ENV, build_dataloader, build_math_dataloader
 from mcore_grpo.nemo_rl_driver.source import ensure_on_path
 from mcore_grpo.nemo_rl_driver.tokenizer import task_tokenizer
 
@@ -81,15 +84,16 @@ def setup_run(config: RunConfig, workers: int, output_dir: Path) -> NemoRLRun:
     from nemo_rl.utils.logger import Logger
     from nemo_rl.weight_sync.factory import create_weight_synchronizer
 
-    from mcore_grpo.nemo_rl_driver.environment import start_environment
+    from mcore_grpo.nemo_rl_driver.environment import start_environment, start_math_environment
     from mcore_grpo.nemo_rl_driver.generation import NemoRLGeneration
     from mcore_grpo.nemo_rl_driver.policy import NemoRLPolicy
     from mcore_grpo.nemo_rl_driver.rank import NemoRLRank
 
     output_dir = output_dir.resolve()  # Ray actors run in their own working directory
     dp = check_data_parallel(config, workers)
-    tokenizer = task_tokenizer()
-    task = build_task(config.task.name, config.task.max_addend, config.task.num_terms)
+    task = make_task(config)
+    math = isinstance(task, MathTask)
+    tokenizer = task.tokenizer if isinstance(task, MathTask) else task_tokenizer()
     master = master_config(config, workers, output_dir, tokenizer)
     set_seed(master.grpo.seed)
     logger = Logger(master.logger)
@@ -101,27 +105,32 @@ def setup_run(config: RunConfig, workers: int, output_dir: Path) -> NemoRLRun:
             "not resume (the worker's weights are not reloaded): use a fresh --output-dir"
         )
     save_state = _get_grpo_save_state(None)
-    prompt_len = max(len(p.prompt_ids) for p in task.all_problems())
+    prompt_len = task.max_prompt_tokens
     max_len = config.policy.max_total_sequence_length
     if prompt_len + config.policy.generation.max_new_tokens > max_len:
         raise ConfigError(
             f"prompt ({prompt_len}) + policy.generation.max_new_tokens exceed "
             f"policy.max_total_sequence_length={max_len}"
         )
-    dataloader = build_dataloader(
-        task,
-        tokenizer,
+    draws = dict(
         num_prompts=config.grpo.num_prompts_per_step,
         seed=config.grpo.seed,
         steps=config.grpo.max_num_steps,
         max_seq_length=max_len,
     )
+    if isinstance(task, MathTask):
+        dataloader = build_math_dataloader(task, task.spec, **draws)
+    elif isinstance(task, DigitAddTask):
+        dataloader = build_dataloader(task, tokenizer, **draws)
+    else:
+        raise ConfigError(f"task.name={config.task.name}: no NeMo-RL dataloader for it")
     loss_fn = ClippedPGLossFn(master.loss_fn)
 
     tokens = TaskTokens.of(task)
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # inherited by the actors
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")  # see mcore_grpo.grpo.runner
-    start_local_ray(workers)
+    # NeMo-RL's math environment and its verifier are actors of one (logical) CPU each.
+    start_local_ray(workers, extra_cpus=2 if math else 0)
     runner = RayRunner(config, tokens, workers, rank_cls=NemoRLRank)
     policy = NemoRLPolicy(runner, dp, tokenizer, master.policy)
     try:
@@ -130,7 +139,11 @@ def setup_run(config: RunConfig, workers: int, output_dir: Path) -> NemoRLRun:
             policy=policy, generation=generation, generation_backend="megatron", colocated=True
         )
         generation.weight_synchronizer.init_communicator()
-        env = start_environment(task.name, config.task.max_addend, config.task.num_terms)
+        if isinstance(task, MathTask):
+            env_name, env = MATH_ENV, start_math_environment()
+        else:
+            env_name = task.name
+            env = start_environment(task.name, config.task.max_addend, config.task.num_terms)
     except BaseException:
         policy.shutdown()
         raise
@@ -140,7 +153,7 @@ def setup_run(config: RunConfig, workers: int, output_dir: Path) -> NemoRLRun:
         dataloader=dataloader,
         tokenizer=tokenizer,
         loss_fn=loss_fn,
-        task_to_env={task.name: env},
+        task_to_env={env_name: env},
         logger=logger,
         checkpointer=checkpointer,
         save_state=save_state,

@@ -33,6 +33,7 @@ from mcore_grpo.worker.sampling import (
     RECOMPUTE,
     STATIC_CACHE,
     GenerationOutput,
+    SamplingGenerator,
     SamplingParams,
     model_device,
 )
@@ -42,7 +43,7 @@ __all__ = ["GenerationOutput", "SamplingParams", "generate", "resolve_backend"]
 
 LOG = logging.getLogger(__name__)
 Sampler = Callable[
-    [torch.nn.Module, torch.Tensor, torch.Tensor, SamplingParams, int, torch.Generator | None],
+    [torch.nn.Module, torch.Tensor, torch.Tensor, SamplingParams, int, SamplingGenerator],
     GenerationOutput,
 ]
 _SAMPLERS: dict[str, Sampler] = {STATIC_CACHE: generate_static_cache, RECOMPUTE: generate_recompute}
@@ -88,7 +89,7 @@ def generate(
     prompt_mask: torch.Tensor,
     params: SamplingParams,
     vocab_size: int,
-    generator: torch.Generator | None = None,
+    generator: SamplingGenerator = None,
 ) -> GenerationOutput:
     """Sample up to `max_new_tokens` per row with the backend `params.backend` selects; a row
     stops after a stop token. Inputs are moved to the model's device; outputs stay there."""

@@ -34,6 +34,7 @@ from mcore_grpo.worker.model import PolicyModel, build_policy, sync_params
 from mcore_grpo.worker.parallel import init_distributed, init_model_parallel
 from mcore_grpo.worker.phase_guard import Phase, PhaseGuard
 from mcore_grpo.worker.reference import ReferencePolicy
+from mcore_grpo.worker.sampling import SamplingGenerator
 from mcore_grpo.worker.train_step import SplitTrainStep
 
 P = ParamSpec("P")
@@ -183,7 +184,7 @@ class MegatronPolicyWorker:
         prompt_ids: torch.Tensor,
         prompt_mask: torch.Tensor,
         params: SamplingParams,
-        generator: torch.Generator | None = None,
+        generator: SamplingGenerator = None,
     ) -> GenerationOutput:
         """Sample continuations of left-padded prompts with the current policy.
 

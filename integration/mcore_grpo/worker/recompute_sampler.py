@@ -10,7 +10,13 @@ from __future__ import annotations
 import torch
 
 from mcore_grpo.worker.forward import policy_logits
-from mcore_grpo.worker.sampling import GenerationOutput, Rollout, SamplingParams, sample_next
+from mcore_grpo.worker.sampling import (
+    GenerationOutput,
+    Rollout,
+    SamplingGenerator,
+    SamplingParams,
+    sample_next,
+)
 
 
 @torch.no_grad()
@@ -20,7 +26,7 @@ def generate_recompute(
     prompt_mask: torch.Tensor,
     params: SamplingParams,
     vocab_size: int,
-    generator: torch.Generator | None = None,
+    generator: SamplingGenerator = None,
 ) -> GenerationOutput:
     """Sample up to `max_new_tokens` per row by full forwards; a row stops after a stop token."""
     rollout = Rollout(prompt_ids, prompt_mask, params)

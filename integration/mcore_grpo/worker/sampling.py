@@ -37,6 +37,9 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     pad_token_id: int = 0
     backend: str = STATIC_CACHE
+    # Greedy decoding (evaluation): the most likely token; its logprob is still scored under
+    # the temperature-scaled distribution, as every sampled token's is.
+    greedy: bool = False
 
     def validate(self) -> SamplingParams:
         """Raise for values that would silently sample wrong."""
@@ -64,6 +67,46 @@ class GenerationOutput:
     generation_lengths: torch.Tensor  # [B]
 
 
+@dataclass(frozen=True)
+class GroupGenerators:
+    """One seeded generator per block of `rows` consecutive rows (a prompt group).
+
+    Lets one generate call sample many prompt groups in one batch (the weights are read once
+    per decode step for all of them, which is what bounds a CPU decode step) while each
+    group's draws stay those of its own generator: the same tokens as sampling that group
+    alone with it, whatever else shares the batch."""
+
+    generators: tuple[torch.Generator, ...]
+    rows: int
+
+    @property
+    def device(self) -> torch.device:
+        """Where the draws happen (every generator's device)."""
+        return self.generators[0].device
+
+
+# What the samplers take: one generator for the batch, one per row group, or none.
+SamplingGenerator = torch.Generator | GroupGenerators | None
+
+
+def _draw(probs: torch.Tensor, generator: SamplingGenerator) -> torch.Tensor:
+    """One token per row of [B, V] `probs`, on the generator's device, returned on probs'."""
+    if isinstance(generator, GroupGenerators):
+        if len(generator.generators) * generator.rows != probs.shape[0]:
+            raise ValueError(
+                f"{len(generator.generators)} generators x {generator.rows} rows do not cover "
+                f"a batch of {probs.shape[0]}"
+            )
+        r = generator.rows
+        return torch.cat(
+            [_draw(probs[i * r : (i + 1) * r], g) for i, g in enumerate(generator.generators)]
+        )
+    if generator is not None and generator.device != probs.device:
+        token = torch.multinomial(probs.to(generator.device), 1, generator=generator)
+        return token.to(probs.device).squeeze(-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
 def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     """Keep the smallest prefix of tokens whose probability mass reaches top_p."""
     if top_p >= 1.0:
@@ -79,7 +122,7 @@ def sample_next(
     logits: torch.Tensor,
     params: SamplingParams,
     vocab_size: int,
-    generator: torch.Generator | None,
+    generator: SamplingGenerator,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw one token per row from [B, V] fp32 next-token logits; (token, its logprob).
 
@@ -90,12 +133,11 @@ def sample_next(
     """
     logits = real_vocab_logits(logits / params.temperature, vocab_size)
     logp = torch.log_softmax(logits, dim=-1)
+    if params.greedy:
+        token = logits.argmax(dim=-1)
+        return token, logp.gather(-1, token[:, None]).squeeze(-1)
     probs = torch.softmax(_top_p_filter(logits, params.top_p), dim=-1)
-    if generator is not None and generator.device != probs.device:
-        token = torch.multinomial(probs.to(generator.device), 1, generator=generator)
-        token = token.to(probs.device).squeeze(-1)
-    else:
-        token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    token = _draw(probs, generator)
     return token, logp.gather(-1, token[:, None]).squeeze(-1)
 
 

@@ -26,7 +26,13 @@ from __future__ import annotations
 import torch
 
 from mcore_grpo.worker.forward import attention_inputs, model_logits
-from mcore_grpo.worker.sampling import GenerationOutput, Rollout, SamplingParams, sample_next
+from mcore_grpo.worker.sampling import (
+    GenerationOutput,
+    Rollout,
+    SamplingGenerator,
+    SamplingParams,
+    sample_next,
+)
 
 
 def cache_unsupported_reason(model: torch.nn.Module) -> str | None:
@@ -50,7 +56,7 @@ def generate_static_cache(
     prompt_mask: torch.Tensor,
     params: SamplingParams,
     vocab_size: int,
-    generator: torch.Generator | None = None,
+    generator: SamplingGenerator = None,
 ) -> GenerationOutput:
     """Sample up to `max_new_tokens` per row: prefill the prompt, then one-token decode steps
     over the KV cache. Same semantics (and, for the same logits, the same draws) as

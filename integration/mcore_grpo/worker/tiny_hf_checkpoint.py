@@ -1,7 +1,8 @@
 """Tiny random Hugging Face checkpoints, written locally with `transformers` (no download).
 
 What the Megatron-Bridge path is tested and demonstrated on without a GPU or network: real HF
-architectures (Qwen2/Qwen2.5-style: qkv bias; Qwen3-style: q/k norms, explicit head_dim) at a
+architectures (Qwen2/Qwen2.5-style: qkv bias; Qwen3-style: q/k norms, explicit head_dim;
+Llama/SmolLM2-style: tied embeddings, GQA 6:3 so TP=3 divides it, rope theta 1e5) at a
 few hundred thousand parameters. Every norm weight and bias is moved off its initial value
 (ones/zeros), so a weight the conversion fails to map cannot go unnoticed by a logits check.
 """
@@ -13,8 +14,8 @@ from typing import Any, Literal
 
 import torch
 
-Arch = Literal["qwen2", "qwen3", "qwen3_moe"]
-ARCHS: tuple[Arch, ...] = ("qwen2", "qwen3", "qwen3_moe")
+Arch = Literal["qwen2", "qwen3", "qwen3_moe", "llama"]
+ARCHS: tuple[Arch, ...] = ("qwen2", "qwen3", "qwen3_moe", "llama")
 
 
 def tiny_config(arch: Arch = "qwen2") -> Any:
@@ -35,6 +36,16 @@ def tiny_config(arch: Arch = "qwen2") -> Any:
         return Qwen2Config(architectures=["Qwen2ForCausalLM"], **shape)
     if arch == "qwen3":
         return Qwen3Config(architectures=["Qwen3ForCausalLM"], head_dim=16, **shape)
+    if arch == "llama":  # SmolLM2-135M-Instruct's family, shrunk (its heads are 9:3)
+        from transformers import LlamaConfig
+
+        llama = {**shape, "num_attention_heads": 6, "num_key_value_heads": 3}
+        return LlamaConfig(
+            architectures=["LlamaForCausalLM"],
+            head_dim=16,
+            rope_parameters={"rope_theta": 100000.0, "rope_type": "default"},
+            **{**llama, "hidden_size": 96, "tie_word_embeddings": True},
+        )
     if arch == "qwen3_moe":  # Qwen3-30B-A3B's family: 4 experts, top-2, every layer sparse
         moe: dict[str, Any] = dict(
             architectures=["Qwen3MoeForCausalLM"],

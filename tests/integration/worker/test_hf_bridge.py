@@ -97,8 +97,11 @@ def _export_changed_model(checkpoint: str, out: str, tp: int, ep: int = 1) -> to
     return logits
 
 
-# (arch, TP, EP): every architecture at TP 1 and 2; the MoE one also at EP 2 (experts split).
-LAYOUTS = [(arch, tp, 1) for arch in ARCHS for tp in (1, 2)] + [("qwen3_moe", 1, 2)]
+# (arch, TP, EP): every architecture at TP 1 and 2 (Llama at TP 3: its 6:3 heads, like
+# SmolLM2's 9:3); the MoE one also at EP 2 (experts split).
+LAYOUTS = [(arch, tp, 1) for arch in ARCHS for tp in ((1, 3) if arch == "llama" else (1, 2))] + [
+    ("qwen3_moe", 1, 2)
+]
 
 
 @pytest.mark.timeout(900)
@@ -128,7 +131,8 @@ def test_a_directory_that_is_not_an_hf_checkpoint_is_refused_naming_the_fix(tmp_
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize(
-    ("arch", "tp", "ep"), [("qwen2", 1, 1), ("qwen2", 2, 1), ("qwen3_moe", 1, 2)]
+    ("arch", "tp", "ep"),
+    [("qwen2", 1, 1), ("qwen2", 2, 1), ("llama", 3, 1), ("qwen3_moe", 1, 2)],
 )
 def test_export_of_a_changed_model_loads_in_transformers_with_its_logits_and_tokenizer(
     tmp_path: Path, arch: str, tp: int, ep: int

@@ -1,0 +1,60 @@
+"""Held-out evaluation: which problems, how a set of greedy responses scores, where the
+samples go.
+
+The responses come from the policy workers' own generation (`PolicyRank.evaluate`, greedy);
+the score is the task's reward, for the math tasks NeMo-RL's verifier, so an "accuracy" here is
+exactly what the training reward calls correct. The same `score` grades an exported
+checkpoint's `transformers.generate` responses (`mcore_grpo.grpo.hf_eval`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from mcore_grpo.grpo.task import Task
+
+SAMPLES_FILE = "validation_samples.jsonl"
+
+
+class Evaluator:
+    """The held-out problems of a task (its ``eval`` split, at most `max_samples`)."""
+
+    def __init__(self, task: Task, max_samples: int) -> None:
+        self.task = task
+        held_out: Sequence[Any] = getattr(task, "eval", None) or []
+        self.problems = list(held_out[:max_samples])
+
+    def score(
+        self,
+        step: int,
+        problems: Sequence[Any],
+        responses: Sequence[Sequence[int]],
+        output_dir: Path | None = None,
+    ) -> dict[str, float]:
+        """``validation/accuracy`` (share of responses the verifier scores 1) and the mean
+        response length; every sample appended to `output_dir`/validation_samples.jsonl."""
+        scores = self.task.rewards(responses, problems)
+        if output_dir is not None:
+            decode = getattr(self.task, "response_text", self.task.decode)  # type: ignore[attr-defined]
+            with (output_dir / SAMPLES_FILE).open("a") as f:
+                for problem, response, score in zip(problems, responses, scores, strict=True):
+                    f.write(
+                        json.dumps(
+                            {
+                                "step": step,
+                                "answer": str(problem.answer),
+                                "response": decode(response),
+                                "score": score,
+                            }
+                        )
+                        + "\n"
+                    )
+        n = max(len(scores), 1)
+        return {
+            "validation/accuracy": sum(s == 1.0 for s in scores) / n,
+            "validation/problems": float(len(scores)),
+            "validation/response_tokens_mean": sum(len(r) for r in responses) / n,
+        }

