@@ -246,6 +246,16 @@ def main(argv: list[str] | None = None) -> int:
         summary.get("reward_last", float("nan")),
         summary.get("step_time_mean_s", float("nan")),
     )
+    if "held_out_after" in summary:
+        log.info(
+            "held-out accuracy (greedy, %s): %s before -> %.3f after%s",
+            config.task.name,
+            f"{summary['held_out_before']:.3f}" if "held_out_before" in summary else "not measured",
+            summary["held_out_after"],
+            f"; the exported checkpoint under transformers: {summary['held_out_after_transformers']:.3f}"
+            if "held_out_after_transformers" in summary
+            else "",
+        )
     log.info(
         "metrics: %s  plot: %s  checkpoint: %s",
         result.metrics_path,

@@ -263,6 +263,23 @@ class GRPOLoop:
         )
         return result
 
+    def _evaluate_export(self, hf_path: Path) -> dict[str, Any]:
+        """The exported checkpoint's held-out accuracy under `transformers`' own generate."""
+        from mcore_grpo.grpo.hf_eval import evaluate_checkpoint
+
+        start = time.perf_counter()
+        g = self.config.grpo
+        found = evaluate_checkpoint(
+            hf_path, self.evaluator, self.config.policy.generation.max_new_tokens, g.val_batch_size
+        )
+        log.info(
+            "exported checkpoint under transformers.generate: held-out accuracy %.3f (greedy, "
+            "%.0f s)",
+            found["validation/hf_accuracy"],
+            time.perf_counter() - start,
+        )
+        return found
+
     # ---- checkpoints ----------------------------------------------------------------
     def save(self, step: int) -> Path:
         """Atomic checkpoint after `step` (see `mcore_grpo.grpo.checkpoint`)."""
@@ -351,6 +368,8 @@ class GRPOLoop:
             result.hf_path = self.export(self.export_hf_dir)
         elif self.config.checkpointing.save_consolidated and result.checkpoint_path is not None:
             result.hf_path = result.checkpoint_path / HF_DIR
+        if result.hf_path is not None and self.config.grpo.val_at_end and self.evaluator.problems:
+            writer.amend_last(self._evaluate_export(result.hf_path))
         result.records = read_metrics(metrics_path)
         if result.records:
             result.plot_path = plot_metrics(

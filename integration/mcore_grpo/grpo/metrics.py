@@ -106,6 +106,17 @@ class MetricsWriter:
             f.flush()
             os.fsync(f.fileno())
 
+    def amend_last(self, extra: Mapping[str, Any]) -> None:
+        """Add `extra` to the last record (figures measured after the last step, e.g. the
+        exported checkpoint's accuracy); rewritten atomically."""
+        records = read_metrics(self.path)
+        if not records:
+            raise ValueError(f"{self.path}: no record to amend")
+        records[-1].update(extra)
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+        os.replace(tmp, self.path)
+
 
 def read_metrics(path: Path, *, torn_tail: bool = False) -> list[dict[str, Any]]:
     """All records of a metrics.jsonl file (`torn_tail`: an unterminated last line, a write
@@ -189,6 +200,17 @@ def plot_metrics(records: Sequence[Mapping[str, Any]], png_path: Path, title: st
     validation += [
         (r["step"], r["validation/accuracy"]) for r in records if "validation/accuracy" in r
     ]
+    exported = [
+        (r["step"], r["validation/hf_accuracy"]) for r in records if "validation/hf_accuracy" in r
+    ]
+    if exported:
+        ax_r.plot(
+            *zip(*exported, strict=True),
+            marker="s",
+            ls="",
+            color="tab:orange",
+            label="exported, transformers.generate",
+        )
     if validation:
         ax_r.plot(
             *zip(*validation, strict=True),
@@ -242,7 +264,13 @@ def summarize(records: Sequence[Mapping[str, Any]], window: int = 5) -> dict[str
     rewards = [float(r["reward_mean"]) for r in records]
     w = min(window, len(rewards))
     times = [float(r["step_time_s"]) for r in records]
+    held_out = {
+        "held_out_before": records[0].get("validation/accuracy_at_start"),
+        "held_out_after": records[-1].get("validation/accuracy"),
+        "held_out_after_transformers": records[-1].get("validation/hf_accuracy"),
+    }
     return {
+        **{k: float(v) for k, v in held_out.items() if v is not None},
         "steps": float(len(records)),
         "reward_first": sum(rewards[:w]) / w,
         "reward_last": sum(rewards[-w:]) / w,

@@ -189,3 +189,38 @@ def test_logprob_and_training_forwards_score_at_the_sampling_temperature(world1:
     )
     trained = torch.cat(seen, dim=0)
     assert torch.allclose(trained[sel[:, 1:]], lp[:, 1:][sel[:, 1:]], atol=1e-5)
+
+
+def test_a_groups_samples_do_not_depend_on_the_groups_batched_with_it(
+    worker: MegatronPolicyWorker,
+) -> None:
+    """One generate call over two prompt groups (different prompt lengths, left-padded), each
+    with its own generator, samples each group exactly as a call of that group alone does."""
+    from mcore_grpo.worker.sampling import GroupGenerators
+
+    params = SamplingParams(max_new_tokens=4)
+    first = torch.tensor([[3, 9, 4, 1, 7]] * 3)
+    second = torch.tensor([[0, 0, 5, 2, 8]] * 3)
+    second_mask = torch.tensor([[0, 0, 1, 1, 1]] * 3)
+    both = worker.generate(
+        torch.cat([first, second]),
+        torch.cat([torch.ones_like(first), second_mask]),
+        params,
+        GroupGenerators((torch.Generator().manual_seed(11), torch.Generator().manual_seed(12)), 3),
+    )
+    alone = [
+        worker.generate(first, torch.ones_like(first), params, torch.Generator().manual_seed(11)),
+        worker.generate(
+            second[:, 2:], torch.ones_like(second[:, 2:]), params, torch.Generator().manual_seed(12)
+        ),
+    ]
+    assert torch.equal(both.output_ids[:3, 5:], alone[0].output_ids[:, 5:])
+    assert torch.equal(both.output_ids[3:, 5:], alone[1].output_ids[:, 3:])
+    assert torch.allclose(both.logprobs[3:, 5:], alone[1].logprobs[:, 3:], atol=1e-5)
+    with pytest.raises(ValueError, match=r"1 generators x 3 rows do not cover a batch of 6"):
+        worker.generate(
+            torch.cat([first, first]),
+            torch.ones(6, 5, dtype=torch.long),
+            params,
+            GroupGenerators((torch.Generator().manual_seed(1),), 3),
+        )
