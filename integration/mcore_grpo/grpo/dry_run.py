@@ -22,7 +22,7 @@ from typing import Any
 
 from mcore_grpo.grpo.hf_model import TINY_HF_PREFIX, is_hf_model
 from mcore_grpo.grpo.messages import TaskTokens
-from mcore_grpo.grpo.schema import ConfigError, RunConfig, check_data_parallel
+from mcore_grpo.grpo.schema import MATH_TASKS, ConfigError, RunConfig, check_data_parallel
 from mcore_grpo.grpo.task import build_task
 from mcore_grpo.grpo.worker_settings import worker_config
 from mcore_grpo.worker.model_shape import ParameterCount
@@ -211,14 +211,19 @@ def dry_run(config: RunConfig, preset: str, workers: int | None) -> DryRun:
 
     world = resolve_world(config, workers)
     name = config.policy.model_name
-    task = build_task(config.task.name, config.task.max_addend, config.task.num_terms)
-    worker = worker_config(config, TaskTokens.of(task))
-    if is_hf_model(name):
-        hf, source = hf_config(name)
+    hf, source = hf_config(name) if is_hf_model(name) else (None, "policy.tiny_model")
+    if config.task.name in MATH_TASKS and hf is not None:
+        # A math task speaks the checkpoint's own vocabulary; pad/eos ids count nothing here.
+        tokens = TaskTokens(vocab_size=hf.vocab_size, pad_id=0, eos_id=0)
+    else:
+        tokens = TaskTokens.of(
+            build_task(config.task.name, config.task.max_addend, config.task.num_terms)
+        )
+    worker = worker_config(config, tokens)
+    if hf is not None:
         layout = check_layout(config, world, hf.to_dict())
         count = hf_parameter_count(hf)
     else:
-        source = "policy.tiny_model"
         layout = check_layout(config, world)
         count = tiny_parameter_count(worker)
     try:
