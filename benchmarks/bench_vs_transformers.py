@@ -42,6 +42,19 @@ def _peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
+def _figures(args: argparse.Namespace, train: list[float], gen: list[float]) -> dict[str, float]:
+    """One side's figures: the fastest timed train step (the first is a warm-up) and the
+    fastest of the generate calls, as tokens/s, and this process's peak RSS."""
+    train_s = min(train[1:])
+    return {
+        "train_step_s": train_s,
+        "train_tokens_per_s": args.batch * args.seq / train_s,
+        "generate_s": min(gen),
+        "generate_tokens_per_s": args.gen_batch * args.new / min(gen),
+        "peak_rss_gib": _peak_rss_gib(),
+    }
+
+
 def hf_side(args: argparse.Namespace) -> dict[str, float]:
     """`transformers` eager: AdamW train steps, then `generate` with its KV cache."""
     import torch
@@ -61,7 +74,6 @@ def hf_side(args: argparse.Namespace) -> dict[str, float]:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         times.append(time.perf_counter() - start)
-    train_s = min(times[1:])
     model.eval()
     prompt = torch.randint(0, vocab, (args.gen_batch, args.prompt))
     gen = []
@@ -81,13 +93,7 @@ def hf_side(args: argparse.Namespace) -> dict[str, float]:
             )
         gen.append(time.perf_counter() - start)
         assert out.shape[1] == args.prompt + args.new
-    return {
-        "train_step_s": train_s,
-        "train_tokens_per_s": args.batch * args.seq / train_s,
-        "generate_s": min(gen),
-        "generate_tokens_per_s": args.gen_batch * args.new / min(gen),
-        "peak_rss_gib": _peak_rss_gib(),
-    }
+    return _figures(args, times, gen)
 
 
 def worker_side(args: argparse.Namespace) -> dict[str, float]:
@@ -133,7 +139,6 @@ def worker_side(args: argparse.Namespace) -> dict[str, float]:
         start = time.perf_counter()
         worker.train(batch)
         times.append(time.perf_counter() - start)
-    train_s = min(times[1:])
     worker.prepare_for_generation()
     prompt = torch.randint(0, vocab, (args.gen_batch, args.prompt))
     params = SamplingParams(max_new_tokens=args.new, pad_token_id=0)
@@ -146,13 +151,7 @@ def worker_side(args: argparse.Namespace) -> dict[str, float]:
         gen.append(time.perf_counter() - start)
         assert int(out.generation_lengths.min()) == args.new
     worker.finish_generation()
-    return {
-        "train_step_s": train_s,
-        "train_tokens_per_s": args.batch * args.seq / train_s,
-        "generate_s": min(gen),
-        "generate_tokens_per_s": args.gen_batch * args.new / min(gen),
-        "peak_rss_gib": _peak_rss_gib(),
-    }
+    return _figures(args, times, gen)
 
 
 def _run_side(side: str, argv: list[str]) -> dict[str, Any]:

@@ -82,6 +82,22 @@ def process_datum(
     }
 
 
+def in_order_loader(dataset: Any, num_prompts: int) -> Any:
+    """`dataset` in NeMo-RL's `StatefulDataLoader` with its `rl_collate_fn`, as its `setup()`
+    builds it, but in order (no shuffle): batch k holds our loop's step-k prompts."""
+    from nemo_rl.data.collate_fn import rl_collate_fn
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    return StatefulDataLoader(
+        dataset,
+        batch_size=num_prompts,
+        shuffle=False,
+        collate_fn=rl_collate_fn,
+        drop_last=True,
+        num_workers=0,
+    )
+
+
 def build_dataloader(
     task: DigitAddTask,
     tokenizer: Any,
@@ -93,10 +109,8 @@ def build_dataloader(
 ) -> Any:
     """NeMo-RL's `AllTaskProcessedDataset` in a `StatefulDataLoader`, as `setup()` builds it."""
     ensure_on_path()
-    from nemo_rl.data.collate_fn import rl_collate_fn
     from nemo_rl.data.datasets import AllTaskProcessedDataset
     from nemo_rl.data.interfaces import TaskDataSpec
-    from torchdata.stateful_dataloader import StatefulDataLoader
 
     dataset = AllTaskProcessedDataset(
         problem_rows(task, num_prompts, seed, steps),
@@ -105,14 +119,7 @@ def build_dataloader(
         process_datum,
         max_seq_length=max_seq_length,
     )
-    return StatefulDataLoader(
-        dataset,
-        batch_size=num_prompts,
-        shuffle=False,
-        collate_fn=rl_collate_fn,
-        drop_last=True,
-        num_workers=0,
-    )
+    return in_order_loader(dataset, num_prompts)
 
 
 # The task name NeMo-RL's math recipes give their rows, and the environment that scores them.
@@ -141,10 +148,8 @@ def build_math_dataloader(
     """NeMo-RL's `AllTaskProcessedDataset` over `math_rows` with NeMo-RL's own
     `math_hf_data_processor` and prompt spec (`spec`), in a `StatefulDataLoader`."""
     ensure_on_path()
-    from nemo_rl.data.collate_fn import rl_collate_fn
     from nemo_rl.data.datasets import AllTaskProcessedDataset
     from nemo_rl.data.processors import math_hf_data_processor
-    from torchdata.stateful_dataloader import StatefulDataLoader
 
     rows = math_rows(task, num_prompts, seed, steps)
     dataset = AllTaskProcessedDataset(
@@ -158,11 +163,4 @@ def build_math_dataloader(
             f"task ({len(first)} vs {len(expected)} tokens); the two drivers would not train on "
             "the same prompts"
         )
-    return StatefulDataLoader(
-        dataset,
-        batch_size=num_prompts,
-        shuffle=False,
-        collate_fn=rl_collate_fn,
-        drop_last=True,
-        num_workers=0,
-    )
+    return in_order_loader(dataset, num_prompts)
