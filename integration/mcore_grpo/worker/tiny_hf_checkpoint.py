@@ -39,7 +39,8 @@ def tiny_config(arch: Arch = "qwen2") -> Any:
     if arch == "llama":  # SmolLM2-135M-Instruct's family, shrunk (its heads are 9:3)
         from transformers import LlamaConfig
 
-        llama = {**shape, "num_attention_heads": 6, "num_key_value_heads": 3}
+        # vocab 264: TP 3 splits the embedding rows evenly (Bridge pads no HF vocab).
+        llama = {**shape, "num_attention_heads": 6, "num_key_value_heads": 3, "vocab_size": 264}
         return LlamaConfig(
             architectures=["LlamaForCausalLM"],
             head_dim=16,
