@@ -39,8 +39,14 @@ def tiny_config(arch: Arch = "qwen2") -> Any:
     if arch == "llama":  # SmolLM2-135M-Instruct's family, shrunk (its heads are 9:3)
         from transformers import LlamaConfig
 
-        # vocab 264: TP 3 splits the embedding rows evenly (Bridge pads no HF vocab).
-        llama = {**shape, "num_attention_heads": 6, "num_key_value_heads": 3, "vocab_size": 264}
+        # TP 3 must split the embedding rows (Bridge pads no HF vocab) and the MLP evenly.
+        llama = {
+            **shape,
+            "num_attention_heads": 6,
+            "num_key_value_heads": 3,
+            "vocab_size": 264,
+            "intermediate_size": 192,
+        }
         return LlamaConfig(
             architectures=["LlamaForCausalLM"],
             head_dim=16,
