@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mcore_grpo.grpo.evaluation import Evaluator
+from mcore_grpo.grpo.train_batch import left_padded
 
 
 def greedy_responses(
@@ -31,10 +32,8 @@ def greedy_responses(
     pad = eos if pad is None else pad
     out: list[list[int]] = []
     for start in range(0, len(prompts), batch_size):
-        chunk = [list(p) for p in prompts[start : start + batch_size]]
-        width = max(len(p) for p in chunk)
-        ids = torch.tensor([[pad] * (width - len(p)) + p for p in chunk])
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk])
+        ids, mask = left_padded(prompts[start : start + batch_size], pad)
+        width = ids.shape[1]
         with torch.no_grad():
             generated = model.generate(
                 input_ids=ids,

@@ -341,9 +341,8 @@ class GRPOLoop:
         try:
             for step in range(first, max_steps + 1):
                 record = self.step(step)
-                record.update(
-                    {f"{k}_at_start": v for k, v in at_start.items()} if step == 1 else {}
-                )
+                if step == 1:
+                    record.update({f"{k}_at_start": v for k, v in at_start.items()})
                 if self._evaluates_after(step):
                     record.update(self._evaluate(step))
                 writer.write(record)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ import torch.distributed as dist
 from mcore_grpo.grpo.loss import RecordingLossSum
 from mcore_grpo.grpo.messages import GenerateResult, GroupSpec, TaskTokens, TrainResult, TrainShard
 from mcore_grpo.grpo.schema import RunConfig
-from mcore_grpo.grpo.train_batch import logprob_sums, shard_batch, trained_length
+from mcore_grpo.grpo.train_batch import left_padded, logprob_sums, shard_batch, trained_length
 from mcore_grpo.grpo.worker_settings import sampling_params, worker_config
 from mcore_grpo.worker.parallel import backend_for
 from mcore_grpo.worker.sampling import GroupGenerators
@@ -44,15 +43,10 @@ def group_seed(seed: int, step: int, group: int) -> int:
     return (seed * 1_000_003 + step * 10_007 + group) % (2**63 - 1)
 
 
-def left_padded(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """[B, W] prompt ids left-padded to the longest (W) and their mask (1 = real token)."""
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for row, prompt in enumerate(prompts):
-        ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
-        mask[row, width - len(prompt) :] = 1
-    return ids, mask
+def sampled(values: torch.Tensor, lengths: torch.Tensor, width: int) -> list[Any]:
+    """Each row's generated columns of `values` (ids or logprobs) as a list: the
+    `lengths[row]` columns after the `width` prompt columns."""
+    return [values[row, width : width + int(n)].tolist() for row, n in enumerate(lengths)]
 
 
 class PolicyRank:
@@ -127,13 +121,8 @@ class PolicyRank:
             rows=n,
         )
         out = self.worker.generate(ids, mask, self.sampling, generators)
-        width = ids.shape[1]
-        responses: list[list[int]] = []
-        gen_logprobs: list[list[float]] = []
-        for row in range(len(prompts)):
-            length = int(out.generation_lengths[row])
-            responses.append(out.output_ids[row, width : width + length].tolist())
-            gen_logprobs.append(out.logprobs[row, width : width + length].tolist())
+        responses = sampled(out.output_ids, out.generation_lengths, ids.shape[1])
+        gen_logprobs = sampled(out.logprobs, out.generation_lengths, ids.shape[1])
         self.worker.finish_generation()
         return GenerateResult(
             responses=responses,
@@ -150,11 +139,8 @@ class PolicyRank:
         for start in range(0, len(prompts), batch_size):
             chunk = prompts[start : start + batch_size]
             ids, mask = left_padded(chunk, self.tokens.pad_id)
-            width = ids.shape[1]
             out = self.worker.generate(ids, mask, params)
-            for row in range(len(chunk)):
-                length = int(out.generation_lengths[row])
-                responses.append(out.output_ids[row, width : width + length].tolist())
+            responses += sampled(out.output_ids, out.generation_lengths, ids.shape[1])
         self.worker.finish_generation()
         return responses
 

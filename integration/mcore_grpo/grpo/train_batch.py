@@ -7,6 +7,7 @@ aligned with ``input_ids``, the layout of `mcore_grpo.worker.batch`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -50,6 +51,17 @@ def aligned_logprobs(
     for i, (prompt, lps) in enumerate(zip(prompts, response_logprobs, strict=True)):
         out[i, len(prompt) : len(prompt) + len(lps)] = torch.tensor(lps, dtype=torch.float32)
     return out
+
+
+def left_padded(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B, W] prompt ids left-padded to the longest (W) and their mask (1 = real token)."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+        mask[row, width - len(prompt) :] = 1
+    return ids, mask
 
 
 def trained_length(shard: TrainShard, seq_len: int, multiple: int) -> int:
