@@ -14,7 +14,7 @@ import pytest
 
 from tests.tools import faulty_git
 from tests.tools.sandbox import REPO_ROOT, Sandbox, run
-from tools.patchtool.command_lock import command_lock, lock_path
+from tools.patchtool.command_lock import command_lock, holders_dir, live_holders, lock_path
 from tools.patchtool.errors import PatchToolError
 
 TOOL = [sys.executable, str(REPO_ROOT / "tools" / "patches")]
@@ -42,9 +42,8 @@ def _start(root: Path, *args: str, env: dict[str, str]) -> subprocess.Popen[str]
 
 def _wait_for_holder(root: Path, proc: subprocess.Popen[str]) -> None:
     deadline = time.monotonic() + 60
-    lock = lock_path(root)
     while time.monotonic() < deadline and proc.poll() is None:
-        if lock.exists() and lock.read_text().startswith("apply, pid"):
+        if any(h.startswith(f"apply, pid {proc.pid},") for h in live_holders(root)):
             return
         time.sleep(0.05)
     pytest.fail(f"the first apply never took the lock: {proc.communicate()}")
@@ -108,7 +107,11 @@ def test_readers_share_and_exclude_writers(tmp_path: Path) -> None:
     with (
         command_lock(tmp_path, "verify"),
         command_lock(tmp_path, "export", reading=True),
-        pytest.raises(PatchToolError, match=r"a verify; lock .*re-run apply"),
+        pytest.raises(
+            PatchToolError,
+            match=r"\(verify, pid \d+, since [\d:]+; export \(reading\), pid \d+, since [\d:]+; "
+            r"lock .*re-run apply",
+        ),
         command_lock(tmp_path, "apply"),
     ):
         pass
@@ -129,3 +132,34 @@ def test_lock_lives_in_a_worktrees_own_git_dir(sandbox: Sandbox, tmp_path: Path)
     assert lock_path(tmp_path / "wt").parent == Path(
         run(tmp_path / "wt", "rev-parse", "--absolute-git-dir")
     )
+
+
+def test_the_refusal_names_the_live_holder_not_an_earlier_one(tmp_path: Path) -> None:
+    """An apply that has ended, then a verify that runs: a second apply is refused naming the
+    verify, never the finished apply; a record left by a dead process is dropped; with no live
+    record the refusal says it cannot tell."""
+    (tmp_path / ".git").mkdir()
+    with command_lock(tmp_path, "apply"):
+        pass
+    assert live_holders(tmp_path) == []
+    ended = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    stale = holders_dir(tmp_path) / f"{ended}-0"
+    stale.write_text(f"apply, pid {ended}, since 13:13:38")
+    with command_lock(tmp_path, "verify"):
+        with pytest.raises(PatchToolError) as refused, command_lock(tmp_path, "apply"):
+            pass
+        assert f"(verify, pid {os.getpid()}, since" in str(refused.value)
+        assert "13:13:38" not in str(refused.value)
+        assert not stale.exists()
+        for record in holders_dir(tmp_path).iterdir():
+            record.unlink()
+        with (
+            pytest.raises(PatchToolError, match=r"\(which one cannot be told; lock "),
+            command_lock(tmp_path, "apply"),
+        ):
+            pass

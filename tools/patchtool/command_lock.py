@@ -6,12 +6,18 @@ lock exclusively, `verify` (which reads the checkouts) shared; the second comman
 once with one line naming the holder. The lock is `flock(2)` on a file in the superproject's
 git directory: the kernel releases it when its process exits, however it ends (SIGKILL, OOM),
 so a crashed run never leaves it stuck.
+
+Who holds it: every holder, shared or exclusive, writes one record (`<pid>-<n>` in
+`patchtool.lock.holders/`: command, pid, start time) and removes it on release. A refusal
+names the records whose process is still alive, so a crashed or long-finished command is
+never named; when no live record is found it says it cannot tell.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import os
 import time
 from collections.abc import Iterator
@@ -20,6 +26,7 @@ from pathlib import Path
 from .errors import PatchToolError
 
 LOCK_NAME = "patchtool.lock"
+HOLDERS_NAME = "patchtool.lock.holders"
 EXCLUSIVE = frozenset({"apply", "reset", "rebase", "pin", "export", "set-status"})
 SHARED = frozenset({"verify"})
 
@@ -42,6 +49,45 @@ def lock_path(root: Path) -> Path:
     return git_dir(root) / LOCK_NAME
 
 
+def holders_dir(root: Path) -> Path:
+    return git_dir(root) / HOLDERS_NAME
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's live process
+    return True
+
+
+_RECORDS = itertools.count()  # one process may hold the lock more than once (shared)
+
+
+def _record(directory: Path, command: str) -> Path:
+    directory.mkdir(exist_ok=True)
+    record = directory / f"{os.getpid()}-{next(_RECORDS)}"
+    stamp = time.strftime("%H:%M:%S")
+    record.write_text(f"{command}, pid {os.getpid()}, since {stamp}")
+    return record
+
+
+def live_holders(root: Path) -> list[str]:
+    """The records of holders whose process is alive, oldest first; dead ones are removed."""
+    directory = holders_dir(root)
+    found = []
+    for record in sorted(directory.glob("*-*"), key=lambda r: r.stat().st_mtime_ns):
+        pid = record.name.partition("-")[0]
+        if pid.isdigit() and _alive(int(pid)):
+            with contextlib.suppress(OSError):
+                found.append(record.read_text().strip())
+        else:
+            record.unlink(missing_ok=True)
+    return found
+
+
 @contextlib.contextmanager
 def command_lock(root: Path, command: str, reading: bool = False) -> Iterator[None]:
     """Hold the superproject's lock for `command`: exclusive for a mutating one, shared for
@@ -57,15 +103,16 @@ def command_lock(root: Path, command: str, reading: bool = False) -> Iterator[No
         try:
             fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "a verify"
+            holders = "; ".join(live_holders(root)) or "which one cannot be told"
             raise PatchToolError(
                 f"{root}: another tools/patches command is running on this checkout "
-                f"({holder}; lock {path}); wait for it to finish and re-run {command}"
+                f"({holders}; lock {path}); wait for it to finish and re-run {command}"
             ) from None
-        if exclusive:
-            os.ftruncate(fd, 0)
-            stamp = time.strftime("%H:%M:%S")
-            os.pwrite(fd, f"{command}, pid {os.getpid()}, since {stamp}".encode(), 0)
-        yield
+        label = command if exclusive or command in SHARED else f"{command} (reading)"
+        record = _record(holders_dir(root), label)
+        try:
+            yield
+        finally:
+            record.unlink(missing_ok=True)
     finally:
         os.close(fd)  # releases the lock

@@ -121,3 +121,34 @@ def test_a_shallow_clone_is_refused(
     assert main(["--root", str(shallow), "report", "--check"]) == 1
     assert "shallow clone" in capsys.readouterr().err
     assert os.path.isdir(shallow)
+
+
+def test_measure_without_tripwires_keeps_a_verdict_while_the_head_stands(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A verdict from an earlier `--tripwires` run survives a plain `--measure` on the same
+    upstream head, with its date; a new head drops it to "not run"; an upstream that cannot be
+    reached keeps its rows' last measurement instead of "unknown offline"."""
+    monkeypatch.setenv("PATH", os.path.dirname(shutil.which("git") or "/usr/bin/git"))
+    assert main(["--root", str(root), "report", "--measure"]) == 0
+    doc_path = root / "docs/patches.json"
+    doc = json.loads(doc_path.read_text())
+    doc["patches"][0]["measurement"].update(
+        tripwire="fails without the patch", tripwire_measured="2026-01-02"
+    )
+    doc_path.write_text(json.dumps(doc))
+    assert main(["--root", str(root), "report", "--measure"]) == 0
+    kept = previous(doc_path)[("Up", "fix.patch")]
+    assert (kept.tripwire, kept.tripwire_measured) == ("fails without the patch", "2026-01-02")
+    assert "| fails without the patch (2026-01-02) |" in (root / "docs/patches.md").read_text()
+
+    up = tmp_path / "up"
+    commit(up, "main moves again", {"other.py": ["x"]})
+    assert main(["--root", str(root), "report", "--measure"]) == 0
+    moved = previous(doc_path)[("Up", "fix.patch")]
+    assert (moved.tripwire, moved.tripwire_measured) == ("not run", "")
+    assert moved.head_commit == run(["rev-parse", "main"], up)
+
+    up.rename(tmp_path / "gone")
+    assert main(["--root", str(root), "report", "--measure"]) == 0
+    assert previous(doc_path)[("Up", "fix.patch")] == moved

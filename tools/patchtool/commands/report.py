@@ -20,7 +20,7 @@ from ..errors import ExitCode, PatchToolError
 from ..rebase.bases import GIT
 from ..rebase.flow import run_rebase
 from ..rebase.result import PatchResult
-from ..status_page.live import UNKNOWN, Measurement, pr_state
+from ..status_page.live import UNKNOWN, VERDICTS, Measurement, kept_tripwire, pr_state
 from ..status_page.page import DOCUMENT, PAGE, current_rows, render, stale, write
 from ..status_page.rows import PatchRow
 from ..verify.pytest_run import venv_python
@@ -73,9 +73,12 @@ def _measure(
     live: list[Measurement],
     args: argparse.Namespace,
 ) -> list[Measurement]:
-    """New measurements for every row: head classification (per upstream), tripwire, PR."""
+    """New measurements for every row: head classification (per upstream), tripwire, PR. An
+    upstream whose head cannot be replayed keeps its rows' earlier measurement; without
+    --tripwires a verdict measured on the same head is kept."""
     today = date.today().isoformat()
-    heads: dict[tuple[str, str], tuple[PatchResult | None, str]] = {}
+    heads: dict[tuple[str, str], tuple[PatchResult, str]] = {}
+    unreachable: set[str] = set()
     python = venv_python(root) if args.tripwires else None
     for up in upstreams:
         if not any(r.upstream == up.name for r in rows):
@@ -89,25 +92,43 @@ def _measure(
                     report_path=Path(tmp) / "report.md", tripwire=hook,
                 )  # fmt: skip
             except PatchToolError as exc:
-                print(f"report: {up.name}: {UNKNOWN} ({exc})", file=sys.stderr)
+                _keeps(up.name, f"{UNKNOWN} ({exc})")
+                unreachable.add(up.name)
                 continue
+        if not result.new.resolved_from.endswith("(now)"):  # a local ref: maybe years old
+            _keeps(up.name, f"{args.branch} only from {result.new.resolved_from}")
+            unreachable.add(up.name)
+            continue
         for res in result.patches:
             heads[(up.name, res.name)] = (res, result.new.upstream_commit)
-    out = []
-    for row, m in zip(rows, live, strict=True):
-        res, commit = heads.get((row.upstream, row.name), (None, ""))
-        out.append(
-            replace(
-                m,
-                pr_state=pr_state(row),
-                head=res.classification if res is not None else UNKNOWN,
-                head_commit=commit,
-                tripwire=_tripwire_verdict(res),
-                measured=today,
-                sha256=row.sha256,
-            )
-        )
-    return out
+    return [
+        m if row.upstream in unreachable else _measured(row, m, heads.get(row.key), today)
+        for row, m in zip(rows, live, strict=True)
+    ]
+
+
+def _keeps(upstream: str, why: str) -> None:
+    print(f"report: {upstream}: {why}; its rows keep their last measurement", file=sys.stderr)
+
+
+def _measured(
+    row: PatchRow, prior: Measurement, head: tuple[PatchResult, str] | None, today: str
+) -> Measurement:
+    res, commit = head if head is not None else (None, "")
+    verdict, when = _tripwire_verdict(res), today
+    kept = kept_tripwire(prior, commit) if verdict == "not run" else None
+    if kept is not None:
+        verdict, when = kept
+    return replace(
+        prior,
+        pr_state=pr_state(row),
+        head=res.classification if res is not None else UNKNOWN,
+        head_commit=commit,
+        tripwire=verdict,
+        tripwire_measured=when if verdict in VERDICTS else "",
+        measured=today,
+        sha256=row.sha256,
+    )
 
 
 def _tripwire_verdict(res: PatchResult | None) -> str:

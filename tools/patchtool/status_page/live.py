@@ -28,6 +28,7 @@ class Measurement:
     tripwire: str = NOT_MEASURED
     measured: str = ""  # YYYY-MM-DD
     sha256: str = ""
+    tripwire_measured: str = ""  # YYYY-MM-DD the tripwire verdict was last measured
 
 
 def previous(json_path: Path) -> dict[tuple[str, str], Measurement]:
@@ -37,15 +38,27 @@ def previous(json_path: Path) -> dict[tuple[str, str], Measurement]:
     data = json.loads(json_path.read_text(encoding="utf-8"))
     out = {}
     for row in data.get("patches", []):
-        fields = {k: row["measurement"][k] for k in Measurement.__dataclass_fields__}
+        recorded = row["measurement"]
+        fields = {k: recorded[k] for k in Measurement.__dataclass_fields__ if k in recorded}
         out[(row["upstream"], row["name"])] = Measurement(**fields)
     return out
 
 
 def carried(row: PatchRow, old: dict[tuple[str, str], Measurement]) -> Measurement:
     """The earlier measurement when the patch file is byte-identical, else nothing measured."""
-    prior = old.get((row.upstream, row.name))
+    prior = old.get(row.key)
     return prior if prior is not None and prior.sha256 == row.sha256 else Measurement()
+
+
+VERDICTS = ("fails without the patch", "passes without the patch")
+
+
+def kept_tripwire(prior: Measurement, head_commit: str) -> tuple[str, str] | None:
+    """The earlier tripwire verdict and its date, while it still holds: a real verdict for these
+    patch bytes (`carried` already checked them) measured on the same upstream head."""
+    if prior.tripwire in VERDICTS and prior.head_commit == head_commit and head_commit:
+        return prior.tripwire, prior.tripwire_measured or prior.measured
+    return None
 
 
 def pr_state(row: PatchRow, gh: str | None = None) -> str:

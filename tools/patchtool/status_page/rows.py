@@ -36,6 +36,10 @@ class PatchRow:
     test: str
     sha256: str  # of the patch file: a measurement is reused only for the same bytes
 
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.upstream, self.name
+
 
 def pull_request(values: list[str]) -> tuple[str, int]:
     """(owner/name, number) of the first GitHub PR URL among trailer values, else ("", 0)."""
