@@ -167,10 +167,14 @@ class PolicyRank:
         ]
         start = time.perf_counter()
         self.worker.prepare_for_lp_inference()
+        # As NeMo-RL at the pin auto-enables grpo.skip_reference_policy_logprobs_calculation
+        # when the KL coefficient is 0: the reference forward is skipped, the KL reads 0.
+        with_reference = self.config.loss_fn.reference_policy_kl_penalty != 0
         sums = []
         for batch in batches:
             batch["prev_logprobs"] = self._logprobs(batch, reference=False)
-            batch["reference_policy_logprobs"] = self._logprobs(batch, reference=True)
+            if with_reference:
+                batch["reference_policy_logprobs"] = self._logprobs(batch, reference=True)
             sums.append(logprob_sums(batch, self.config.loss_fn))
         logprob_time = time.perf_counter() - start
         start = time.perf_counter()

@@ -98,17 +98,22 @@ class LogprobSums:
 def logprob_sums(batch: dict[str, torch.Tensor], cfg: ClippedPGLossConfig) -> LogprobSums:
     """KL and NeMo-RL's token_mult_prob_error diagnostic over `batch`'s trained tokens.
 
-    Needs ``prev_logprobs``, ``reference_policy_logprobs`` and ``generation_logprobs`` ([B, S]).
+    Needs ``prev_logprobs`` and ``generation_logprobs`` ([B, S]); the KL is 0 without
+    ``reference_policy_logprobs`` (skipped when the KL coefficient is 0).
     token_mult_prob_error asks: do training-side logprobs agree with the sampler's?
     """
     mask = loss_mask(batch)
-    kl = calculate_kl(
-        batch["prev_logprobs"][:, 1:],
-        batch["reference_policy_logprobs"][:, 1:],
-        cfg.reference_policy_kl_type,
-        cfg.kl_input_clamp_value,
-        cfg.kl_output_clamp_value,
-    )
+    reference = batch.get("reference_policy_logprobs")
+    if reference is None:
+        kl = torch.zeros_like(mask)
+    else:
+        kl = calculate_kl(
+            batch["prev_logprobs"][:, 1:],
+            reference[:, 1:],
+            cfg.reference_policy_kl_type,
+            cfg.kl_input_clamp_value,
+            cfg.kl_output_clamp_value,
+        )
     lp_error = (batch["prev_logprobs"] - batch["generation_logprobs"]).abs()[:, 1:]
     return LogprobSums(
         kl_sum=float((kl * mask).sum()),

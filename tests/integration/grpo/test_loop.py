@@ -14,6 +14,7 @@ from mcore_grpo.grpo.messages import TaskTokens
 from mcore_grpo.grpo.metrics import REQUIRED_KEYS
 from mcore_grpo.grpo.runner import LocalRunner, WorkerFailed
 from mcore_grpo.grpo.task import build_task
+from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 
 CPU_PRESET = "runs the cpu-tiny preset (policy.device=cpu), which CUDA machines refuse"
 
@@ -113,3 +114,27 @@ def test_replica_layout_groups_ranks_contiguously() -> None:
     assert layout.per_rank(["a", "b"]) == ["a", "a", "b", "b"]
     assert layout.per_replica(["r0", "r1", "r2", "r3"]) == ["r0", "r2"]
     assert ReplicaLayout(dp=2, world=2).per_rank(["a", "b"]) == ["a", "b"]
+
+
+@pytest.mark.cpu_only(reason=CPU_PRESET)
+def test_without_a_kl_term_the_reference_forward_is_skipped(
+    tmp_path: Path, short: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As NeMo-RL's grpo auto-enables skip_reference_policy_logprobs_calculation at
+    reference_policy_kl_penalty 0: no reference forward, KL reported 0, the same loss as a run
+    whose KL term is still 0 (step 1: the policy is the reference)."""
+    one_step = [*short, "grpo.max_num_steps=1"]
+    _run(tmp_path / "with_kl", one_step)
+
+    def refuse(*_args: Any) -> None:
+        raise AssertionError("the reference forward ran with reference_policy_kl_penalty=0")
+
+    monkeypatch.setattr(MegatronPolicyWorker, "get_reference_policy_logprobs", refuse)
+    _run(tmp_path / "no_kl", [*one_step, "loss_fn.reference_policy_kl_penalty=0"])
+    with_kl, no_kl = (
+        json.loads((tmp_path / name / "metrics.jsonl").read_text())
+        for name in ("with_kl", "no_kl")
+    )
+    assert no_kl["kl"] == 0.0 and no_kl["kl_penalty"] == 0.0
+    assert no_kl["reward_mean"] == with_kl["reward_mean"]
+    assert no_kl["loss"] == pytest.approx(with_kl["loss"], abs=1e-6)
