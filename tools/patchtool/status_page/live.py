@@ -16,6 +16,7 @@ from .rows import PatchRow
 UNKNOWN = "unknown offline"
 NOT_MEASURED = "not measured"
 GH_TIMEOUT_S = 30.0
+VERDICTS = ("fails without the patch", "passes without the patch")
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,9 @@ def previous(json_path: Path) -> dict[tuple[str, str], Measurement]:
     data = json.loads(json_path.read_text(encoding="utf-8"))
     out = {}
     for row in data.get("patches", []):
-        recorded = row["measurement"]
+        recorded = dict(row["measurement"])
+        if recorded.get("tripwire") in VERDICTS and not recorded.get("tripwire_measured"):
+            recorded["tripwire_measured"] = recorded.get("measured", "")  # older pages
         fields = {k: recorded[k] for k in Measurement.__dataclass_fields__ if k in recorded}
         out[(row["upstream"], row["name"])] = Measurement(**fields)
     return out
@@ -48,9 +51,6 @@ def carried(row: PatchRow, old: dict[tuple[str, str], Measurement]) -> Measureme
     """The earlier measurement when the patch file is byte-identical, else nothing measured."""
     prior = old.get(row.key)
     return prior if prior is not None and prior.sha256 == row.sha256 else Measurement()
-
-
-VERDICTS = ("fails without the patch", "passes without the patch")
 
 
 def kept_tripwire(prior: Measurement, head_commit: str) -> tuple[str, str] | None:
