@@ -32,6 +32,7 @@ from mcore_grpo.grpo.metrics import summarize
 from mcore_grpo.grpo.runner import WorkerFailed, make_runner
 from mcore_grpo.grpo.schema import ConfigError, RunConfig, unused_settings
 from mcore_grpo.grpo.worker_settings import sampling_params
+from mcore_grpo.run_output import HeldBack, closing_line, console_logging, hold_back_into
 
 log = logging.getLogger("mcore_grpo")
 
@@ -122,6 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
         "weights downloaded, nothing trained, works on a CPU machine for GPU presets",
     )
     parser.add_argument("--json", action="store_true", help="--dry-run's findings as JSON")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print every upstream log record and warning (default: held back in "
+        "<output dir>/upstream-logs/, counted in one closing line)",
+    )
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
     return parser
 
@@ -160,7 +167,16 @@ def main(argv: list[str] | None = None) -> int:
     interrupt_on_signals()
     # --json: standard output is the document alone; logs (ours and upstream's) go to stderr.
     log_stream = sys.stderr if args.json else sys.stdout
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=log_stream)
+    with console_logging(log_stream, args.verbose) as held:
+        try:
+            return _main(args, held)
+        finally:
+            line = closing_line(held)
+            if line is not None:
+                log.info(line)
+
+
+def _main(args: argparse.Namespace, held: HeldBack | None) -> int:
     try:
         config = load_config(args.preset, args.config, args.overrides)
         if args.workers is not None and args.workers < 1:
@@ -180,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             setting,
         )
     output_dir = args.output_dir or Path("runs") / args.preset
+    hold_back_into(held, output_dir)
     try:
         if args.export_hf is not None and not is_hf_model(config.policy.model_name):
             raise ConfigError(

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import os
 
+from mcore_grpo.run_output import ray_runtime_env
+
 NICENESS_ENV = "RAY_worker_niceness"  # RayConfig.worker_niceness, read by the raylet it starts
 START_ATTEMPTS = 3
 ADDRESS_ENV = "RAY_ADDRESS"
@@ -38,6 +40,7 @@ def start_local_ray(workers: int, extra_cpus: int = 0) -> None:
                 include_dashboard=False,
                 log_to_driver=True,
                 configure_logging=False,
+                runtime_env=ray_runtime_env(),
             )
             _SAVED_ADDRESS.append(os.environ.get(ADDRESS_ENV))
             os.environ[ADDRESS_ENV] = ray.get_runtime_context().gcs_address

@@ -132,8 +132,7 @@ def test_without_a_kl_term_the_reference_forward_is_skipped(
     monkeypatch.setattr(MegatronPolicyWorker, "get_reference_policy_logprobs", refuse)
     _run(tmp_path / "no_kl", [*one_step, "loss_fn.reference_policy_kl_penalty=0"])
     with_kl, no_kl = (
-        json.loads((tmp_path / name / "metrics.jsonl").read_text())
-        for name in ("with_kl", "no_kl")
+        json.loads((tmp_path / name / "metrics.jsonl").read_text()) for name in ("with_kl", "no_kl")
     )
     assert no_kl["kl"] == 0.0 and no_kl["kl_penalty"] == 0.0
     assert no_kl["reward_mean"] == with_kl["reward_mean"]

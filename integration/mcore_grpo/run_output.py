@@ -1,0 +1,185 @@
+"""What a run prints: this project's lines on the console, upstream notices in a log file.
+
+Why: on a CPU machine megatron-core, Megatron-Bridge, NeMo-RL and their dependencies log dozens
+of notices that only say Transformer Engine, Apex or CUDA is absent, some with the full
+traceback of an optional import, and a user reads "Traceback" as failure. By default the
+console shows the ``mcore_grpo`` loggers and any record at ERROR or above, from anyone;
+every other log record and Python warning, in the driver and in every Ray worker, is written
+to ``<output dir>/upstream-logs/`` (one file per process) and counted in one closing line.
+``--verbose`` keeps today's behaviour: every record on the console.
+
+The driver routes its records with `held_back` (records logged before the output directory is
+known are kept in memory and written once it is); Ray workers run `setup_worker` first thing,
+through ``runtime_env.worker_process_setup_hook`` (`ray_runtime_env`), with the directory in
+`LOG_DIR_ENV`. A worker's plain prints go to its file too: a worker's failure reaches the
+driver as the exception Ray returns, never through its console.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import os
+import re
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+OURS = "mcore_grpo"
+LOG_DIR_ENV = "MCORE_GRPO_UPSTREAM_LOG_DIR"
+DIR_NAME = "upstream-logs"
+RECORD_FORMAT = "%(levelname)s %(name)s: %(message)s"
+_RECORD_LINE = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL) \S+: ")
+
+
+def is_ours(record: logging.LogRecord) -> bool:
+    """Shown on the console: our loggers' records, and anyone's error."""
+    name = record.name
+    return name == OURS or name.startswith(OURS + ".") or record.levelno >= logging.ERROR
+
+
+class HeldBack(logging.Handler):
+    """Every record the console does not show, in memory until `open` names the file."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.addFilter(lambda record: not is_ours(record))
+        self.setFormatter(logging.Formatter(RECORD_FORMAT))
+        self.pending: list[str] = []
+        self.stream: TextIO | None = None
+        self.output_dir: Path | None = None
+
+    def open(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.stream = path.open("a", encoding="utf-8", buffering=1)
+        self.stream.writelines(line + "\n" for line in self.pending)
+        self.pending = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        line = self.format(record)
+        if self.stream is None:
+            self.pending.append(line)
+        else:
+            self.stream.write(line + "\n")
+
+    def close(self) -> None:
+        if self.stream is not None:
+            self.stream.close()
+            self.stream = None
+        super().close()
+
+
+def _route(console: TextIO, held: HeldBack | None) -> None:
+    """Root's handlers replaced (not closed: a caller may restore them): `console` shows what
+    `held` does not take (everything, without `held`)."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    shown = logging.StreamHandler(console)
+    shown.setFormatter(logging.Formatter("%(message)s"))
+    root.addHandler(shown)
+    root.setLevel(logging.INFO)
+    if held is not None:
+        shown.addFilter(is_ours)
+        root.addHandler(held)
+        logging.captureWarnings(True)  # warnings.warn -> the "py.warnings" logger -> held back
+
+
+@contextlib.contextmanager
+def console_logging(console: TextIO, verbose: bool) -> Iterator[HeldBack | None]:
+    """The run's logging, undone on exit (tests call the CLI in-process): `verbose`, every
+    record on `console` (yields None); else only ours, the rest held back (yields the handler
+    to `open` once the output directory is known)."""
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    held = None if verbose else HeldBack()
+    with warnings.catch_warnings():
+        _route(console, held)
+        try:
+            yield held
+        finally:
+            os.environ.pop(LOG_DIR_ENV, None)  # Ray jobs started after this run are not ours
+            logging.captureWarnings(False)
+            for handler in list(root.handlers):
+                root.removeHandler(handler)
+            for handler in saved[0]:
+                root.addHandler(handler)
+            root.setLevel(saved[1])
+            if held is not None:
+                held.close()
+
+
+def hold_back_into(held: HeldBack | None, output_dir: Path) -> None:
+    """Write the driver's held-back records under `output_dir` from now on, and tell Ray
+    workers started later (`ray_runtime_env`) to do the same."""
+    if held is None:
+        os.environ.pop(LOG_DIR_ENV, None)
+        return
+    directory = (output_dir / DIR_NAME).resolve()
+    held.open(directory / "driver.log")
+    held.output_dir = output_dir
+    os.environ[LOG_DIR_ENV] = str(directory)
+
+
+def ray_runtime_env() -> dict[str, Any]:
+    """`ray.init(runtime_env=...)`: every worker of the job runs `setup_worker` first."""
+    directory = os.environ.get(LOG_DIR_ENV)
+    if not directory:
+        return {}
+    return {
+        "env_vars": {LOG_DIR_ENV: directory},
+        "worker_process_setup_hook": f"{__name__}.setup_worker",
+    }
+
+
+def setup_worker() -> None:
+    """In a Ray worker: our records to its console (Ray forwards them), the rest and plain
+    prints to ``<dir>/worker-<pid>.log``."""
+    directory = os.environ.get(LOG_DIR_ENV)
+    if not directory:
+        return
+    console = sys.stderr
+    held = HeldBack()
+    held.open(Path(directory) / f"worker-{os.getpid()}.log")
+    _route(console, held)
+    assert held.stream is not None
+    sys.stdout = sys.stderr = held.stream
+
+
+def held_back_count(output_dir: Path) -> int:
+    """How many log records and warnings the run's processes held back."""
+    count = 0
+    for path in sorted((output_dir / DIR_NAME).glob("*.log")):
+        with path.open(encoding="utf-8", errors="replace") as lines:
+            count += sum(1 for line in lines if _RECORD_LINE.match(line))
+    return count
+
+
+def cpu_run_without() -> list[str]:
+    """What a run on this machine goes without, as the held-back notices say it."""
+    import torch
+
+    missing = [
+        name
+        for name, module in (("Transformer Engine", "transformer_engine"), ("Apex", "apex"))
+        if importlib.util.find_spec(module) is None
+    ]
+    return missing + ([] if torch.cuda.is_available() else ["CUDA"])
+
+
+def closing_line(held: HeldBack | None) -> str | None:
+    """The one line that stands for everything held back; None with --verbose, or when the
+    run ended before it had an output directory."""
+    if held is None or held.output_dir is None:
+        return None
+    output_dir = held.output_dir
+    without = cpu_run_without()
+    gone = f"ran without {', '.join(without)}; " if without else ""
+    count = held_back_count(output_dir)
+    return (
+        f"mcore-grpo: {gone}{count} upstream log records and warnings held back in "
+        f"{output_dir / DIR_NAME} (--verbose prints them)"
+    )
