@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from mcore_grpo.nemo_rl_driver.source import ensure_on_path, source_root
 
 DEFAULT_PROMPT_FILE = "examples/prompts/cot.txt"
@@ -57,7 +59,9 @@ def render_prompt(
     }
     out = math_hf_data_processor(datum, spec, tokenizer, max_seq_length, 0)
     message = out["message_log"][0]
-    return [int(t) for t in message["token_ids"]], str(message["content"])
+    token_ids = message["token_ids"]
+    assert isinstance(token_ids, torch.Tensor)  # the processor tokenizes to a tensor
+    return [int(t) for t in token_ids.tolist()], str(message["content"])
 
 
 class MathVerifier:
@@ -68,7 +72,7 @@ class MathVerifier:
         from nemo_rl.environments.math_environment import HFVerifyWorker
 
         # ray.remote keeps the decorated class here; NeMo-RL's environment runs this class.
-        self._worker = HFVerifyWorker.__ray_metadata__.modified_class()
+        self._worker = getattr(HFVerifyWorker, "__ray_metadata__").modified_class()
 
     def scores(self, responses: Sequence[str], answers: Sequence[str]) -> list[float]:
         """1.0 where a response's final answer equals the ground truth, else 0.0."""

@@ -10,13 +10,17 @@ two drivers see the same data. NeMo-RL's `AllTaskProcessedDataset` runs `process
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
 from mcore_grpo.grpo.math_task import MathTask
 from mcore_grpo.grpo.task import DigitAddTask, Problem
 from mcore_grpo.nemo_rl_driver.source import ensure_on_path
+
+if TYPE_CHECKING:
+    from nemo_rl.data.interfaces import DatumSpec, TaskDataProcessFnCallable, TaskDataSpec
+    from transformers import PreTrainedTokenizerBase
 
 
 def problem_rows(task: DigitAddTask, num_prompts: int, seed: int, steps: int) -> list[dict]:
@@ -44,11 +48,11 @@ def row_problem(row: dict[str, Any]) -> Problem:
 
 def process_datum(
     datum_dict: dict[str, Any],
-    task_data_spec: Any,
-    tokenizer: Any,
+    task_data_spec: TaskDataSpec,
+    tokenizer: PreTrainedTokenizerBase,
     max_seq_length: int | None,
     idx: int,
-) -> dict[str, Any]:
+) -> DatumSpec:
     """NeMo-RL `TaskDataProcessFnCallable`: a raw row -> `DatumSpec` (no chat template).
 
     The prompt is tokenized with the task tokenizer and must equal the task's own ids (the
@@ -152,10 +156,14 @@ def build_math_dataloader(
     from nemo_rl.data.processors import math_hf_data_processor
 
     rows = math_rows(task, num_prompts, seed, steps)
+    # NeMo-RL's own processor is declared narrower than its protocol (max_seq_length: int).
+    processor = cast("TaskDataProcessFnCallable", math_hf_data_processor)
     dataset = AllTaskProcessedDataset(
-        rows, task.tokenizer, spec, math_hf_data_processor, max_seq_length=max_seq_length
+        rows, task.tokenizer, spec, processor, max_seq_length=max_seq_length
     )
-    first = dataset[0]["message_log"][0]["token_ids"].tolist()
+    first_ids = dataset[0]["message_log"][0]["token_ids"]
+    assert isinstance(first_ids, torch.Tensor)  # the processor tokenizes to a tensor
+    first = first_ids.tolist()
     expected = list(task.sample_problems(num_prompts, seed, 1)[0].prompt_ids)
     if first != expected:
         raise ValueError(

@@ -71,10 +71,17 @@ class NemoRLPolicy(ColocatablePolicyInterface):
         per_rank = [(shard, *common) for shard in self.layout.per_rank(shards)]
         return self.layout.per_replica(self.runner.call(method, per_rank))
 
+    def shards(self, data: BatchedDataDict, batch_size: int | None) -> list[Any]:
+        """`data` in one shard per replica. NeMo-RL returns a (shards, sizes) tuple only for
+        dynamic batching or sequence packing, which this policy's config never asks for."""
+        shards = data.shard_by_batch_size(self.dp, batch_size=batch_size)
+        if isinstance(shards, tuple):
+            raise TypeError("shard_by_batch_size returned dynamic-batching shards; not supported")
+        return shards
+
     # ---- logprobs -------------------------------------------------------------------
     def _logprobs(self, method: str, data: BatchedDataDict) -> torch.Tensor:
-        shards = data.shard_by_batch_size(self.dp, batch_size=None)
-        return torch.cat(self.run_sharded(method, shards), dim=0)
+        return torch.cat(self.run_sharded(method, self.shards(data, None)), dim=0)
 
     def get_logprobs(self, data: BatchedDataDict, timer: Any = None) -> BatchedDataDict:
         """``{"logprobs": [B, S]}``: the current policy's logprobs of ``input_ids``."""
@@ -111,7 +118,7 @@ class NemoRLPolicy(ColocatablePolicyInterface):
             raise unsupported("train(eval_mode=True)")
         gbs = gbs or self.cfg["train_global_batch_size"]
         mbs = mbs or self.cfg["train_micro_batch_size"]
-        shards = data.shard_by_batch_size(self.dp, batch_size=gbs)
+        shards = self.shards(data, gbs)
         results = self.run_sharded("train_nemo_rl", shards, loss_fn, gbs, mbs, self.dp)
         all_mb: dict[str, list[Any]] = defaultdict(list)
         for result in results:

@@ -40,7 +40,7 @@ def import_auto_bridge() -> type:
     if str(src) not in sys.path:
         sys.path.append(str(src))
     try:
-        from megatron.bridge import AutoBridge  # pyrefly: ignore[missing-import]
+        from megatron.bridge import AutoBridge
     except ImportError as err:
         raise BridgeUnavailable(
             f"importing Megatron-Bridge from {src} failed ({err}): run `tools/apply_patches.sh` "

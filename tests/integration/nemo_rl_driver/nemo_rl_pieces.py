@@ -101,7 +101,7 @@ def dataloader_and_environment() -> dict[str, Any]:
         "num_batches": len(batches),
         "first_batch_prompts_equal": first == ours,
         "decoded": [tokenizer.decode(r) for r in responses],
-        "rewards": out.rewards.tolist(),
+        "rewards": [float(r) for r in out.rewards],
         "terminated": out.terminateds.tolist(),
     }
 
@@ -118,14 +118,15 @@ def config_and_interfaces() -> dict[str, Any]:
         master = master_config(load_config(), 2, Path(tmp), task_tokenizer())
     gen = master.policy["generation"]
     policy = object.__new__(NemoRLPolicy)
+    nothing: Any = None  # each call must refuse before it reads its data
     calls = {
-        "get_topk_logits": lambda: policy.get_topk_logits(None, 1),
-        "calibrate_qkv_fp8_scales": lambda: policy.calibrate_qkv_fp8_scales(None),
+        "get_topk_logits": lambda: policy.get_topk_logits(nothing, 1),
+        "calibrate_qkv_fp8_scales": lambda: policy.calibrate_qkv_fp8_scales(nothing),
         "init_collective": lambda: policy.init_collective("127.0.0.1", 0, 2, train_world_size=1),
         "stream_weights_via_ipc_zmq": lambda: policy.stream_weights_via_ipc_zmq(0),
         "broadcast_weights_for_collective": lambda: policy.broadcast_weights_for_collective(),
         "stream_weights_via_http": lambda: policy.stream_weights_via_http([], 0),
-        "train(eval_mode=True)": lambda: policy.train(None, None, eval_mode=True),
+        "train(eval_mode=True)": lambda: policy.train(nothing, None, eval_mode=True),
     }
     raised = []
     for name, call in calls.items():
