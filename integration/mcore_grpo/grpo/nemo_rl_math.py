@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -72,7 +72,7 @@ class MathVerifier:
         from nemo_rl.environments.math_environment import HFVerifyWorker
 
         # ray.remote keeps the decorated class here; NeMo-RL's environment runs this class.
-        self._worker = getattr(HFVerifyWorker, "__ray_metadata__").modified_class()
+        self._worker = cast(Any, HFVerifyWorker).__ray_metadata__.modified_class()
 
     def scores(self, responses: Sequence[str], answers: Sequence[str]) -> list[float]:
         """1.0 where a response's final answer equals the ground truth, else 0.0."""
