@@ -8,8 +8,8 @@ every other log record and Python warning, in the driver and in every Ray worker
 to ``<output dir>/upstream-logs/`` (one file per process) and counted in one closing line.
 ``--verbose`` keeps today's behaviour: every record on the console.
 
-The driver routes its records with `held_back` (records logged before the output directory is
-known are kept in memory and written once it is); Ray workers run `setup_worker` first thing,
+The driver routes its records with `console_logging` (records are kept in memory until the run
+has made its output directory, then written there); Ray workers run `setup_worker` first thing,
 through ``runtime_env.worker_process_setup_hook`` (`ray_runtime_env`), with the directory in
 `LOG_DIR_ENV`. A worker's plain prints go to its file too: a worker's failure reaches the
 driver as the exception Ray returns, never through its console.
@@ -42,7 +42,9 @@ def is_ours(record: logging.LogRecord) -> bool:
 
 
 class HeldBack(logging.Handler):
-    """Every record the console does not show, in memory until `open` names the file."""
+    """Every record the console does not show: in memory until the run's output directory
+    exists, then in its file (`write_to`). It never creates the output directory itself: a run
+    refused before it starts leaves nothing behind."""
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
@@ -50,20 +52,35 @@ class HeldBack(logging.Handler):
         self.setFormatter(logging.Formatter(RECORD_FORMAT))
         self.pending: list[str] = []
         self.stream: TextIO | None = None
+        self.path: Path | None = None
         self.output_dir: Path | None = None
 
-    def open(self, path: Path) -> None:
+    def write_to(self, path: Path, *, now: bool = False) -> None:
+        """Hold records in `path` (``<output dir>/upstream-logs/NAME.log``) once the output
+        directory exists; `now`: create it at once (a Ray worker of a running run)."""
+        self.path = path
+        if now:
+            self._open(path)
+
+    def _open(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.stream = path.open("a", encoding="utf-8", buffering=1)
         self.stream.writelines(line + "\n" for line in self.pending)
         self.pending = []
 
+    def flush_pending(self) -> bool:
+        """Write what is pending if the output directory exists; whether the file is open."""
+        if self.stream is None and self.path is not None and self.path.parent.parent.is_dir():
+            self._open(self.path)
+        return self.stream is not None
+
     def emit(self, record: logging.LogRecord) -> None:
         line = self.format(record)
-        if self.stream is None:
-            self.pending.append(line)
-        else:
+        if self.flush_pending():
+            assert self.stream is not None
             self.stream.write(line + "\n")
+        else:
+            self.pending.append(line)
 
     def close(self) -> None:
         if self.stream is not None:
@@ -119,7 +136,7 @@ def hold_back_into(held: HeldBack | None, output_dir: Path) -> None:
         os.environ.pop(LOG_DIR_ENV, None)
         return
     directory = (output_dir / DIR_NAME).resolve()
-    held.open(directory / "driver.log")
+    held.write_to(directory / "driver.log")
     held.output_dir = output_dir
     os.environ[LOG_DIR_ENV] = str(directory)
 
@@ -143,7 +160,7 @@ def setup_worker() -> None:
         return
     console = sys.stderr
     held = HeldBack()
-    held.open(Path(directory) / f"worker-{os.getpid()}.log")
+    held.write_to(Path(directory) / f"worker-{os.getpid()}.log", now=True)
     _route(console, held)
     assert held.stream is not None
     sys.stdout = sys.stderr = held.stream
@@ -172,9 +189,9 @@ def cpu_run_without() -> list[str]:
 
 def closing_line(held: HeldBack | None) -> str | None:
     """The one line that stands for everything held back; None with --verbose, or when the
-    run ended before it had an output directory."""
-    if held is None or held.output_dir is None:
-        return None
+    run ended before it made its output directory."""
+    if held is None or held.output_dir is None or not held.flush_pending():
+        return None  # --verbose, or a run that never made its output directory
     output_dir = held.output_dir
     without = cpu_run_without()
     gone = f"ran without {', '.join(without)}; " if without else ""

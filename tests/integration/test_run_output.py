@@ -87,3 +87,15 @@ def test_a_successful_run_prints_only_its_own_lines(tmp_path: Path, preset: str)
     assert "driver.log" in files and any(name.startswith("worker-") for name in files)
     held = "".join(p.read_text() for p in (out / DIR_NAME).iterdir())
     assert "Transformer Engine" in held or "TransformerEngine" in held
+
+
+def test_a_run_that_never_made_its_output_directory_leaves_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(LOG_DIR_ENV, raising=False)
+    out = tmp_path / "refused"
+    with console_logging(io.StringIO(), verbose=False) as held:
+        hold_back_into(held, out)
+        logging.getLogger("megatron.core").warning("held in memory only")
+        assert closing_line(held) is None
+    assert not out.exists()
