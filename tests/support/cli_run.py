@@ -20,7 +20,7 @@ def needs_nemo_rl(test: F) -> F:
     """Marks a test `nemo_rl` and skips it, saying why, where NeMo-RL's source is absent."""
     skip = pytest.mark.skipif(
         not source.is_available(),
-        reason=f"NeMo-RL source not present at {source.source_root()} (run tools/apply_patches.sh)",
+        reason=f"NeMo-RL is not installed (no {source.CHECKOUT} when synced: run tools/apply_patches.sh, then uv sync)",
     )
     return pytest.mark.nemo_rl(skip(test))
 

@@ -19,7 +19,7 @@ from typing import Any, cast
 
 import torch
 
-from mcore_grpo.nemo_rl_driver.source import ensure_on_path, source_root
+from mcore_grpo.nemo_rl_driver.source import require_nemo_rl, source_root
 
 DEFAULT_PROMPT_FILE = "examples/prompts/cot.txt"
 VERIFY_IMPL = "hf_math_verify"
@@ -33,7 +33,7 @@ def prompt_file(name: str | None) -> Path:
 
 def task_data_spec(task_name: str, prompt: str | None, system_prompt: str | None) -> Any:
     """NeMo-RL's `TaskDataSpec` with its prompt (and optional system prompt) files loaded."""
-    ensure_on_path()
+    require_nemo_rl()
     from nemo_rl.data.interfaces import TaskDataSpec
 
     return TaskDataSpec(
@@ -47,7 +47,7 @@ def render_prompt(
     question: str, answer: str, spec: Any, tokenizer: Any, max_seq_length: int
 ) -> tuple[list[int], str]:
     """(token ids, text) of `question` as NeMo-RL's math data processor renders it."""
-    ensure_on_path()
+    require_nemo_rl()
     from nemo_rl.data.processors import math_hf_data_processor
 
     datum = {
@@ -68,7 +68,7 @@ class MathVerifier:
     """NeMo-RL's ``HFVerifyWorker.verify`` in this process (its Ray actor's own class)."""
 
     def __init__(self) -> None:
-        ensure_on_path()
+        require_nemo_rl()
         from nemo_rl.environments.math_environment import HFVerifyWorker
 
         # ray.remote keeps the decorated class here; NeMo-RL's environment runs this class.

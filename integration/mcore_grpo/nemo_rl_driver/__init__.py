@@ -1,6 +1,6 @@
 """NeMo-RL's `grpo_train` driving the megatron-core worker (``mcore-grpo --driver nemo-rl``).
 
-Module map (one concern each): `source` (THE place NeMo-RL's source goes on sys.path),
+Module map (one concern each): `source` (NeMo-RL installed, or one line naming the fix),
 `config` (its `MasterConfig`: example YAML + CPU overrides), `tokenizer` (the task tokenizer
 as a Hugging Face tokenizer), `data` (prompts through NeMo-RL's dataloader), `environment`
 (the task as an `EnvironmentInterface` actor), `batches` (NeMo-RL <-> worker batch layouts),

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mcore_grpo.grpo.schema import RunConfig
-from mcore_grpo.nemo_rl_driver.source import ensure_on_path
+from mcore_grpo.nemo_rl_driver.source import require_nemo_rl
 
 EXAMPLE_CONFIG = Path("examples") / "configs" / "grpo_math_1B_megatron.yaml"
 
@@ -99,7 +99,7 @@ def cpu_overrides(config: RunConfig, workers: int, output_dir: Path) -> list[str
 
 def master_config(config: RunConfig, workers: int, output_dir: Path, tokenizer: Any) -> Any:
     """NeMo-RL's validated `MasterConfig` for this run."""
-    root = ensure_on_path()
+    root = require_nemo_rl()
     from nemo_rl.algorithms.grpo import MasterConfig
     from nemo_rl.models.generation import configure_generation_config
     from nemo_rl.utils.config import (

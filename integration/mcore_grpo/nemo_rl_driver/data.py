@@ -16,7 +16,7 @@ import torch
 
 from mcore_grpo.grpo.math_task import MathTask
 from mcore_grpo.grpo.task import DigitAddTask, Problem
-from mcore_grpo.nemo_rl_driver.source import ensure_on_path
+from mcore_grpo.nemo_rl_driver.source import require_nemo_rl
 
 if TYPE_CHECKING:
     from nemo_rl.data.interfaces import DatumSpec, TaskDataProcessFnCallable, TaskDataSpec
@@ -112,7 +112,7 @@ def build_dataloader(
     max_seq_length: int,
 ) -> Any:
     """NeMo-RL's `AllTaskProcessedDataset` in a `StatefulDataLoader`, as `setup()` builds it."""
-    ensure_on_path()
+    require_nemo_rl()
     from nemo_rl.data.datasets import AllTaskProcessedDataset
     from nemo_rl.data.interfaces import TaskDataSpec
 
@@ -151,7 +151,7 @@ def build_math_dataloader(
 ) -> Any:
     """NeMo-RL's `AllTaskProcessedDataset` over `math_rows` with NeMo-RL's own
     `math_hf_data_processor` and prompt spec (`spec`), in a `StatefulDataLoader`."""
-    ensure_on_path()
+    require_nemo_rl()
     from nemo_rl.data.datasets import AllTaskProcessedDataset
     from nemo_rl.data.processors import math_hf_data_processor
 

@@ -8,16 +8,15 @@ episode is one turn: every step terminates, with an empty observation (no tokens
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
 
 from mcore_grpo.grpo.task import build_task, build_tokenizer
 from mcore_grpo.nemo_rl_driver.data import row_problem
-from mcore_grpo.nemo_rl_driver.source import ensure_on_path, source_root
+from mcore_grpo.nemo_rl_driver.source import require_nemo_rl
 
-ensure_on_path()
+require_nemo_rl()
 
 from nemo_rl.distributed.batched_data_dict import BatchedDataDict  # noqa: E402
 from nemo_rl.environments.interfaces import (  # noqa: E402
@@ -77,14 +76,4 @@ def start_math_environment() -> Any:
     (one verifier worker: hf_math_verify, NeMo-RL's default)."""
     from nemo_rl.environments.utils import create_env
 
-    # create_env hands the actor this process's environment (its runtime_env env_vars); NeMo-RL
-    # is not installed, so its source root must be on the actor's PYTHONPATH to import it.
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (saved, str(source_root())) if p)
-    try:
-        return create_env("math", {"num_workers": 1})
-    finally:
-        if saved is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved
+    return create_env("math", {"num_workers": 1})

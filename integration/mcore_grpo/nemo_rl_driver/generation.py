@@ -17,9 +17,9 @@ from typing import Any
 
 from mcore_grpo.nemo_rl_driver.coalescer import BatchCoalescer
 from mcore_grpo.nemo_rl_driver.policy import NemoRLPolicy, unsupported
-from mcore_grpo.nemo_rl_driver.source import ensure_on_path
+from mcore_grpo.nemo_rl_driver.source import require_nemo_rl
 
-ensure_on_path()
+require_nemo_rl()
 
 from nemo_rl.distributed.batched_data_dict import BatchedDataDict  # noqa: E402
 from nemo_rl.models.generation.interfaces import GenerationInterface  # noqa: E402

@@ -18,9 +18,9 @@ import torch
 
 from mcore_grpo.grpo.loop import ReplicaLayout
 from mcore_grpo.grpo.runner import RayRunner
-from mcore_grpo.nemo_rl_driver.source import ensure_on_path
+from mcore_grpo.nemo_rl_driver.source import require_nemo_rl
 
-ensure_on_path()
+require_nemo_rl()
 
 from nemo_rl.distributed.batched_data_dict import BatchedDataDict  # noqa: E402
 from nemo_rl.models.policy.interfaces import ColocatablePolicyInterface  # noqa: E402

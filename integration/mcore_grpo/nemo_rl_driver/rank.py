@@ -20,11 +20,11 @@ import torch.distributed as dist
 from mcore_grpo.grpo.rank import PolicyRank
 from mcore_grpo.nemo_rl_driver.batches import generation_output, left_pad, worker_batch
 from mcore_grpo.nemo_rl_driver.loss import NemoRLLossSum, loss_level
-from mcore_grpo.nemo_rl_driver.source import ensure_on_path
+from mcore_grpo.nemo_rl_driver.source import require_nemo_rl
 
 # Before any NeMo-RL object reaches this process: Ray unpickles the BatchedDataDicts and the
 # loss function the driver sends only after importing this module.
-ensure_on_path()
+require_nemo_rl()
 
 from nemo_rl.distributed.batched_data_dict import BatchedDataDict  # noqa: E402
 

@@ -25,7 +25,7 @@ from mcore_grpo.grpo.schema import ConfigError, RunConfig, check_data_parallel
 from mcore_grpo.grpo.task import DigitAddTask
 from mcore_grpo.nemo_rl_driver.config import master_config
 from mcore_grpo.nemo_rl_driver.data import MATH_ENV, build_dataloader, build_math_dataloader
-from mcore_grpo.nemo_rl_driver.source import ensure_on_path
+from mcore_grpo.nemo_rl_driver.source import require_nemo_rl
 from mcore_grpo.nemo_rl_driver.tokenizer import task_tokenizer
 
 
@@ -76,7 +76,7 @@ class NemoRLRun:
 
 def setup_run(config: RunConfig, workers: int, output_dir: Path) -> NemoRLRun:
     """Build the pieces; Ray actors start here (one `NemoRLRank` per worker)."""
-    ensure_on_path()
+    require_nemo_rl()
     from nemo_rl.algorithms.grpo import _get_grpo_save_state
     from nemo_rl.algorithms.loss.loss_functions import ClippedPGLossFn
     from nemo_rl.algorithms.utils import set_seed

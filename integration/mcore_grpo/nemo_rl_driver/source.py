@@ -1,69 +1,69 @@
-"""THE one place NeMo-RL's source goes on ``sys.path`` (NeMo-RL is never installed here).
+"""NeMo-RL as this environment installs it: one clear line where it is absent.
 
-NeMo-RL requires Python >= 3.13.14, so it cannot be a distribution of this project's 3.12
-environment; its runtime dependencies are the ``nemo-rl`` dependency group of pyproject.toml
-and its source is the patched checkout ``3rdparty/NeMo-RL`` (``tools/apply_patches.sh``), or
-the tree named by ``MCORE_GRPO_NEMO_RL_SOURCE``. Every module of `mcore_grpo.nemo_rl_driver`
-that imports ``nemo_rl`` calls `ensure_on_path()` first, in the driver and in every Ray actor.
+`uv sync` installs the patched checkout ``3rdparty/NeMo-RL`` as the editable distribution
+``nemo-rl`` (its shim: ``upstream-dists/nemo-rl``; its runtime dependencies: the ``nemo-rl``
+dependency group of pyproject.toml), so ``import nemo_rl`` works in any script of this
+environment. Where the checkout was absent when the environment was synced, the distribution is
+empty (``0+absent``) and every module of `mcore_grpo.nemo_rl_driver` that imports ``nemo_rl``
+calls `require_nemo_rl()` first, in the driver and in every Ray actor, which says so.
 """
 
 from __future__ import annotations
 
 import os
-import sys
+from importlib.util import find_spec
 from pathlib import Path
 
 from mcore_grpo.nemo_rl_driver.automodel_compat import prepare_automodel
 
-SOURCE_ENV = "MCORE_GRPO_NEMO_RL_SOURCE"
 # integration/mcore_grpo/nemo_rl_driver/source.py -> the repository root.
 REPO_ROOT = Path(__file__).resolve().parents[3]
+CHECKOUT = REPO_ROOT / "3rdparty" / "NeMo-RL"
 
 
 class NemoRLUnavailable(RuntimeError):
-    """NeMo-RL's source (or its dependency group) is not on this machine."""
-
-
-def source_root() -> Path:
-    """Where NeMo-RL's source tree is expected (it may be absent)."""
-    override = os.environ.get(SOURCE_ENV)
-    return Path(override) if override else REPO_ROOT / "3rdparty" / "NeMo-RL"
+    """NeMo-RL (or its dependency group) is not installed in this environment."""
 
 
 def is_available() -> bool:
-    """Whether the source tree holds NeMo-RL's package."""
-    return (source_root() / "nemo_rl" / "__init__.py").is_file()
+    """Whether ``nemo_rl`` is importable here (the installed checkout, or a tree ahead of it on
+    PYTHONPATH, as `tools/patches verify` puts one)."""
+    spec = find_spec("nemo_rl")
+    return spec is not None and spec.origin is not None
 
 
-def ensure_on_path() -> Path:
-    """Append NeMo-RL's source root to ``sys.path`` once; raise if the tree is absent.
+def source_root() -> Path:
+    """The NeMo-RL tree ``import nemo_rl`` loads (for its files: prompts, configs); the
+    checkout it would be installed from where it is not importable."""
+    spec = find_spec("nemo_rl")
+    if spec is not None and spec.origin is not None:
+        return Path(spec.origin).parent.parent
+    return CHECKOUT
 
-    Appended, not prepended: NeMo-RL's top-level ``tests`` package must not shadow this
-    project's. Also sets ``RAY_ENABLE_UV_RUN_RUNTIME_ENV=0`` before ray is imported (see
-    `mcore_grpo.grpo.runner`: actors run this interpreter, not a nested ``uv run``), and imports
-    nemo_automodel's LoRA kernel module the way triton 3.9 allows (`automodel_compat`).
-    """
-    root = source_root()
+
+def require_nemo_rl() -> Path:
+    """NeMo-RL's tree, or one line naming the fix. Also sets ``RAY_ENABLE_UV_RUN_RUNTIME_ENV=0``
+    before ray is imported (see `mcore_grpo.grpo.runner`: actors run this interpreter, not a
+    nested ``uv run``), and imports nemo_automodel's LoRA kernel module the way triton 3.9
+    allows (`automodel_compat`)."""
     if not is_available():
         raise NemoRLUnavailable(
-            f"NeMo-RL source not found at {root} (no nemo_rl/__init__.py): run "
-            "`tools/apply_patches.sh` (or `git submodule update --init 3rdparty/NeMo-RL`), or "
-            f"point {SOURCE_ENV} at a NeMo-RL checkout"
+            f"NeMo-RL is not installed in this environment ({CHECKOUT} held no checkout when "
+            "it was synced): run `tools/apply_patches.sh` (or `git submodule update --init "
+            "3rdparty/NeMo-RL`), then `uv sync`"
         )
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
-    if str(root) not in sys.path:
-        sys.path.append(str(root))
     prepare_automodel()
-    return root
+    return source_root()
 
 
 def check_importable() -> None:
     """Import NeMo-RL's GRPO module; a missing dependency becomes one actionable error."""
-    ensure_on_path()
+    require_nemo_rl()
     try:
         import nemo_rl.algorithms.grpo  # noqa: F401  (the import is the check)
     except ImportError as err:
         raise NemoRLUnavailable(
-            f"NeMo-RL's source is at {source_root()} but importing nemo_rl.algorithms.grpo "
+            f"NeMo-RL is installed from {source_root()} but importing nemo_rl.algorithms.grpo "
             f"failed ({err}); install its dependency group: `uv sync --group nemo-rl`"
         ) from err

@@ -1,50 +1,39 @@
-"""THE one place Megatron-Bridge's source goes on ``sys.path`` (Bridge is never installed here).
+"""Megatron-Bridge as this environment installs it: one clear line where it is absent.
 
-Bridge's pyproject requires ~30 packages, many CUDA-only (flashinfer, nvidia-resiliency-ext,
-transformer-engine extras), so it is not a distribution of this environment; what it imports
-on the path this project uses is the ``megatron-bridge`` dependency group of pyproject.toml, and
-its source is the patched checkout ``3rdparty/Megatron-Bridge`` (``tools/apply_patches.sh``; its
-series makes it import and build models without Transformer Engine), or the tree named by
-``MCORE_GRPO_BRIDGE_SOURCE``.
+`uv sync` installs the patched checkout ``3rdparty/Megatron-Bridge`` as the editable
+distribution ``megatron-bridge`` (its shim: ``upstream-dists/megatron-bridge``; what it imports
+on the path this project uses: the ``megatron-bridge`` dependency group of pyproject.toml). Its
+series makes it import and build models without Transformer Engine. Where the checkout was
+absent when the environment was synced, the distribution is empty (``0+absent``).
 """
 
 from __future__ import annotations
 
-import os
-import sys
+from importlib.util import find_spec
 from pathlib import Path
 
-SOURCE_ENV = "MCORE_GRPO_BRIDGE_SOURCE"
 # integration/mcore_grpo/worker/bridge_source.py -> the repository root.
 REPO_ROOT = Path(__file__).resolve().parents[3]
+CHECKOUT = REPO_ROOT / "3rdparty" / "Megatron-Bridge"
 
 
 class BridgeUnavailable(ImportError):
-    """Megatron-Bridge's source (or a dependency it imports) is not on this machine."""
-
-
-def source_root() -> Path:
-    """Bridge's checkout (its package lives under ``src/``); it may be absent."""
-    override = os.environ.get(SOURCE_ENV)
-    return Path(override) if override else REPO_ROOT / "3rdparty" / "Megatron-Bridge"
+    """Megatron-Bridge (or a dependency it imports) is not installed in this environment."""
 
 
 def import_auto_bridge() -> type:
-    """`megatron.bridge.AutoBridge`, its source put on ``sys.path`` first; one clear error."""
-    src = source_root() / "src"
-    if not (src / "megatron" / "bridge" / "__init__.py").is_file():
+    """`megatron.bridge.AutoBridge`, or one line naming the fix."""
+    if find_spec("megatron.bridge") is None:
         raise BridgeUnavailable(
-            f"Megatron-Bridge source not found at {src} (no megatron/bridge/__init__.py): run "
-            f"`tools/apply_patches.sh`, or point {SOURCE_ENV} at a Megatron-Bridge checkout"
+            f"Megatron-Bridge is not installed in this environment ({CHECKOUT} held no checkout "
+            "when it was synced): run `tools/apply_patches.sh`, then `uv sync`"
         )
-    if str(src) not in sys.path:
-        sys.path.append(str(src))
     try:
         from megatron.bridge import AutoBridge
     except ImportError as err:
         raise BridgeUnavailable(
-            f"importing Megatron-Bridge from {src} failed ({err}): run `tools/apply_patches.sh` "
-            "(its series lets Bridge import without Transformer Engine) and `uv sync` (the "
-            "megatron-bridge dependency group)"
+            f"importing Megatron-Bridge failed ({err}): run `tools/apply_patches.sh` (its series "
+            "lets Bridge import without Transformer Engine) and `uv sync` (the megatron-bridge "
+            "dependency group)"
         ) from err
     return AutoBridge

@@ -23,7 +23,7 @@ pytestmark = [
     pytest.mark.nemo_rl,
     pytest.mark.skipif(
         not source.is_available(),
-        reason=f"NeMo-RL source not present at {source.source_root()} (run tools/apply_patches.sh)",
+        reason=f"NeMo-RL is not installed (no {source.CHECKOUT} when synced: run tools/apply_patches.sh, then uv sync)",
     ),
 ]
 

@@ -1,5 +1,5 @@
-"""Where NeMo-RL's source is absent: one clear error for --driver nemo-rl, no fallback, and the
-default driver never imports NeMo-RL."""
+"""Where NeMo-RL is not installed (no checkout when the environment was synced): one clear
+error for --driver nemo-rl, no fallback, and the default driver never imports NeMo-RL."""
 
 from __future__ import annotations
 
@@ -12,24 +12,30 @@ from mcore_grpo.cli import build_parser, main
 from mcore_grpo.nemo_rl_driver import source
 
 
-def test_absent_source_raises_naming_the_fix(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv(source.SOURCE_ENV, str(tmp_path / "nowhere"))
+def _not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the empty `nemo-rl` distribution (`0+absent`) leaves it: no `nemo_rl` to import."""
+    real = source.find_spec
+    monkeypatch.setattr(source, "find_spec", lambda name: None if name == "nemo_rl" else real(name))
+
+
+def test_absent_nemo_rl_raises_naming_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    _not_installed(monkeypatch)
     assert not source.is_available()
-    with pytest.raises(source.NemoRLUnavailable, match=r"tools/apply_patches\.sh"):
-        source.ensure_on_path()
+    with pytest.raises(
+        source.NemoRLUnavailable, match=r"tools/apply_patches\.sh.*, then `uv sync`"
+    ):
+        source.require_nemo_rl()
 
 
 def test_cli_asks_for_nemo_rl_where_it_is_absent_and_fails_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv(source.SOURCE_ENV, str(tmp_path / "nowhere"))
+    _not_installed(monkeypatch)
     code = main(["--driver", "nemo-rl", "--workers", "2", "--output-dir", str(tmp_path / "run")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1 and err[0].startswith(
-        "mcore-grpo: --driver nemo-rl: NeMo-RL source not found"
+        "mcore-grpo: --driver nemo-rl: NeMo-RL is not installed in this environment"
     )
     assert not (tmp_path / "run").exists()  # nothing ran: no fallback to the mcore driver
 
