@@ -10,6 +10,7 @@ checkpoint's `transformers.generate` responses (`mcore_grpo.grpo.hf_eval`).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,17 @@ from typing import Any
 from mcore_grpo.grpo.task import Task
 
 SAMPLES_FILE = "validation_samples.jsonl"
+
+
+def states_answer(text: str, answer: str) -> bool:
+    """Whether `text` writes `answer` as a number of its own (not inside a longer one).
+
+    Why: NeMo-RL's hf_math_verify also evaluates plain expressions in a response, so a response
+    that merely restates an arithmetic question ("To find 31 + 21, we need") scores 1; GRPO
+    found that within 8 steps here (docs/real-model.md). `validation/answer_stated` is the
+    share of responses that do write the answer, beside the verifier's accuracy.
+    """
+    return re.search(rf"(?<![\d.]){re.escape(answer)}(?![\d.])", text) is not None
 
 
 class Evaluator:
@@ -37,8 +49,17 @@ class Evaluator:
         """``validation/accuracy`` (share of responses the verifier scores 1) and the mean
         response length; every sample appended to `output_dir`/validation_samples.jsonl."""
         scores = self.task.rewards(responses, problems)
+        decode = getattr(self.task, "response_text", None)
+        stated = (
+            [
+                states_answer(decode(r), str(p.answer))
+                for p, r in zip(problems, responses, strict=True)
+            ]
+            if decode is not None
+            else []
+        )
         if output_dir is not None:
-            decode = getattr(self.task, "response_text", self.task.decode)  # type: ignore[attr-defined]
+            decode = decode or self.task.decode  # type: ignore[attr-defined]
             with (output_dir / SAMPLES_FILE).open("a") as f:
                 for problem, response, score in zip(problems, responses, scores, strict=True):
                     f.write(
@@ -57,4 +78,5 @@ class Evaluator:
             "validation/accuracy": sum(s == 1.0 for s in scores) / n,
             "validation/problems": float(len(scores)),
             "validation/response_tokens_mean": sum(len(r) for r in responses) / n,
+            **({"validation/answer_stated": sum(stated) / n} if stated else {}),
         }

@@ -261,6 +261,15 @@ class GRPOLoop:
             len(problems),
             result["validation/time_s"],
         )
+        stated = result.get("validation/answer_stated")
+        if stated is not None and result["validation/accuracy"] - stated > 0.2:
+            log.warning(
+                "mcore-grpo: warning: the verifier scores %.3f correct, but only %.3f of the "
+                "responses write the answer: it accepts expressions equal to the answer (e.g. "
+                "the restated question); read validation_samples.jsonl (docs/real-model.md)",
+                result["validation/accuracy"],
+                stated,
+            )
         return result
 
     def _evaluate_export(self, hf_path: Path) -> dict[str, Any]:

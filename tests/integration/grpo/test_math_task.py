@@ -65,3 +65,19 @@ def test_training_never_draws_a_held_out_problem(task: MathTask) -> None:
     assert len(task.eval) == 200
     drawn = {p.question for step in range(1, 50) for p in task.sample_problems(8, 42, step)}
     assert drawn and not drawn & held
+
+
+@needs_nemo_rl
+@pytest.mark.timeout(600)
+def test_answer_stated_tells_a_restated_question_from_an_answer(task: MathTask) -> None:
+    """The exploit GRPO found in NeMo-RL's hf_math_verify at the pin (docs/real-model.md): a
+    response that only restates "31 + 21" scores 1 there (it evaluates the expression);
+    `states_answer` says it never writes 52. Fails here once upstream stops accepting it."""
+    from mcore_grpo.grpo.evaluation import states_answer
+    from mcore_grpo.grpo.nemo_rl_math import MathVerifier
+
+    echo = "To find 31 + 21, we need to follow a specific procedure.\n\nTo find 31 + 21, we need"
+    assert MathVerifier().scores([echo], ["52"]) == [1.0]
+    assert not states_answer(echo, "52")
+    assert states_answer("31 + 21 = 52", "52") and states_answer("\\boxed{52}.", "52")
+    assert not states_answer("The sum is 152.", "52") and not states_answer("5.2", "52")
