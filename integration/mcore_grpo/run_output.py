@@ -152,6 +152,18 @@ def ray_runtime_env() -> dict[str, Any]:
     }
 
 
+def route_ray_logger() -> None:
+    """Ray's ``ray`` logger prints through a handler of its own (propagate off), e.g. "Token
+    authentication is enabled ..." at every start; while records are held back, its records
+    take the root's route like everyone else's (errors still print). Call after importing ray."""
+    if not os.environ.get(LOG_DIR_ENV):
+        return  # --verbose (or no CLI run): Ray as it is
+    ray_logger = logging.getLogger("ray")
+    for handler in list(ray_logger.handlers):
+        ray_logger.removeHandler(handler)
+    ray_logger.propagate = True
+
+
 def setup_worker() -> None:
     """In a Ray worker: our records to its console (Ray forwards them), the rest and plain
     prints to ``<dir>/worker-<pid>.log``."""

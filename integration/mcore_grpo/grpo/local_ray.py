@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 
-from mcore_grpo.run_output import ray_runtime_env
+from mcore_grpo.run_output import ray_runtime_env, route_ray_logger
 
 NICENESS_ENV = "RAY_worker_niceness"  # RayConfig.worker_niceness, read by the raylet it starts
 START_ATTEMPTS = 3
@@ -33,6 +33,7 @@ def start_local_ray(workers: int, extra_cpus: int = 0) -> None:
     os.environ.setdefault(NICENESS_ENV, "0")
     import ray
 
+    route_ray_logger()
     for attempt in range(1, START_ATTEMPTS + 1):
         try:
             ray.init(

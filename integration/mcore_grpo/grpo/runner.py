@@ -23,7 +23,7 @@ from mcore_grpo.grpo.local_ray import start_local_ray, stop_local_ray
 from mcore_grpo.grpo.messages import TaskTokens
 from mcore_grpo.grpo.rank import PolicyRank
 from mcore_grpo.grpo.schema import RunConfig
-from mcore_grpo.run_output import ray_runtime_env
+from mcore_grpo.run_output import ray_runtime_env, route_ray_logger
 
 
 class WorkerFailed(RuntimeError):
@@ -105,6 +105,7 @@ class RayRunner:
         gpu = config.policy.device == "cuda"
         if not ray.is_initialized():
             if address:
+                route_ray_logger()
                 ray.init(address=address, log_to_driver=True, runtime_env=ray_runtime_env())
             else:
                 start_local_ray(world_size)
