@@ -15,6 +15,7 @@ import pytest
 from tests.support.cpu_load import cpu_burners, load_average
 from tests.tools import faulty_git
 from tests.tools.sandbox import REPO_ROOT, Sandbox, lines, run
+from tools.patchtool.command_lock import live_holders
 
 TOOL = [sys.executable, str(REPO_ROOT / "tools" / "patches")]
 
@@ -104,9 +105,10 @@ def test_interrupted_apply_ends_within_seconds_and_restores_the_checkout(
         text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
-    lock = sandbox.root / ".git" / "patchtool.lock"
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (lock.exists() and lock.read_text()):
+    while time.monotonic() < deadline and not any(
+        h.startswith(f"apply, pid {proc.pid},") for h in live_holders(sandbox.root)
+    ):
         time.sleep(0.05)
     time.sleep(1)  # inside the slow `git am`
     with cpu_burners():
