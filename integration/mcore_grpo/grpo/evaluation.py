@@ -49,25 +49,24 @@ class Evaluator:
         """``validation/accuracy`` (share of responses the verifier scores 1) and the mean
         response length; every sample appended to `output_dir`/validation_samples.jsonl."""
         scores = self.task.rewards(responses, problems)
-        decode = getattr(self.task, "response_text", None)
+        # Math tasks decode to the text the verifier read; others (the toy tasks) to tokens.
+        text_of = getattr(self.task, "response_text", None)
+        texts = [text_of(r) for r in responses] if text_of is not None else None
         stated = (
-            [
-                states_answer(decode(r), str(p.answer))
-                for p, r in zip(problems, responses, strict=True)
-            ]
-            if decode is not None
+            [states_answer(t, str(p.answer)) for p, t in zip(problems, texts, strict=True)]
+            if texts is not None
             else []
         )
         if output_dir is not None:
-            decode = decode or self.task.decode  # type: ignore[attr-defined]
+            decoded = texts or [self.task.decode(r) for r in responses]  # type: ignore[attr-defined]
             with (output_dir / SAMPLES_FILE).open("a") as f:
-                for problem, response, score in zip(problems, responses, scores, strict=True):
+                for problem, text, score in zip(problems, decoded, scores, strict=True):
                     f.write(
                         json.dumps(
                             {
                                 "step": step,
                                 "answer": str(problem.answer),
-                                "response": decode(response),
+                                "response": text,
                                 "score": score,
                             }
                         )
