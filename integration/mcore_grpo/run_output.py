@@ -105,6 +105,34 @@ def _route(console: TextIO, held: HeldBack | None) -> None:
         logging.captureWarnings(True)  # warnings.warn -> the "py.warnings" logger -> held back
 
 
+# Libraries whose root logger prints through a handler of its own (propagate off), so that
+# routing the root alone misses them: torch's internal logging (e.g. "W1125 ... _pytree.py:646]
+# <enum 'KernelPreference'> is an Enum subclass ...") and transformers' ("[transformers]
+# Ignoring clean_up_tokenization_spaces=True for BPE tokenizer ..." on SmolLM2's tokenizer).
+OWN_HANDLER_LIBRARIES = ("torch", "transformers")
+
+
+def _library_root_loggers() -> list[logging.Logger]:
+    """The loggers of `OWN_HANDLER_LIBRARIES`, configured now (each adds its handler on first
+    use, which would undo a routing made before)."""
+    import torch  # noqa: F401  (torch._logging installs its handler at import)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.get_logger()
+    return [logging.getLogger(name) for name in OWN_HANDLER_LIBRARIES]
+
+
+def _to_root(loggers: list[logging.Logger]) -> list[tuple[logging.Logger, list[Any], bool]]:
+    """Each logger's records take the root's route; what to restore afterwards."""
+    saved = []
+    for logger in loggers:
+        saved.append((logger, list(logger.handlers), logger.propagate))
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+        logger.propagate = True
+    return saved
+
+
 @contextlib.contextmanager
 def console_logging(console: TextIO, verbose: bool) -> Iterator[HeldBack | None]:
     """The run's logging, undone on exit (tests call the CLI in-process): `verbose`, every
@@ -115,10 +143,15 @@ def console_logging(console: TextIO, verbose: bool) -> Iterator[HeldBack | None]
     held = None if verbose else HeldBack()
     with warnings.catch_warnings():
         _route(console, held)
+        libraries = [] if held is None else _to_root(_library_root_loggers())
         try:
             yield held
         finally:
             os.environ.pop(LOG_DIR_ENV, None)  # Ray jobs started after this run are not ours
+            for logger, handlers, propagate in libraries:
+                for handler in handlers:
+                    logger.addHandler(handler)
+                logger.propagate = propagate
             logging.captureWarnings(False)
             for handler in list(root.handlers):
                 root.removeHandler(handler)

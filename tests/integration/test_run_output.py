@@ -90,6 +90,40 @@ def test_a_successful_run_prints_only_its_own_lines(tmp_path: Path, preset: str)
     assert "Transformer Engine" in held or "TransformerEngine" in held
 
 
+def test_libraries_with_their_own_handler_are_held_back_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch's and transformers' loggers print through their own handlers (propagate off):
+    the SmolLM2 preset printed torch's "W1125 ... _pytree.py" lines and "[transformers]
+    Ignoring clean_up_tokenization_spaces ..." despite the routing of the root."""
+    from transformers.utils import logging as hf_logging
+
+    monkeypatch.delenv(LOG_DIR_ENV, raising=False)
+    hf_logging.get_logger()
+    before = {
+        name: (list(logging.getLogger(name).handlers), logging.getLogger(name).propagate)
+        for name in ("torch", "transformers")
+    }
+    assert all(handlers and not propagate for handlers, propagate in before.values())
+    console = io.StringIO()
+    with console_logging(console, verbose=False) as held:
+        hold_back_into(held, tmp_path)
+        logging.getLogger("torch.utils._pytree").warning("an Enum subclass, natively supported")
+        hf_logging.get_logger("transformers.tokenization_utils_tokenizers").warning(
+            "Ignoring clean_up_tokenization_spaces=True for BPE tokenizer"
+        )
+        line = closing_line(held)
+    assert console.getvalue() == ""
+    assert line is not None and "2 upstream log records" in line
+    held_text = (tmp_path / DIR_NAME / "driver.log").read_text()
+    assert "natively supported" in held_text and "clean_up_tokenization_spaces" in held_text
+    after = {
+        name: (list(logging.getLogger(name).handlers), logging.getLogger(name).propagate)
+        for name in ("torch", "transformers")
+    }
+    assert after == before  # restored for whoever runs next in this process
+
+
 def test_a_run_that_never_made_its_output_directory_leaves_none(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
