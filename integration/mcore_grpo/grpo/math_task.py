@@ -4,8 +4,8 @@ verifier, a seeded train split and a disjoint held-out eval split.
 ``task.name``: ``arithmetic`` (problems generated in code, `math_data.ArithmeticSpec`) or
 ``math-dataset`` (a local JSONL/Parquet file, GSM8K by default: ``task.dataset.*``). Prompts are
 rendered once, at construction, by NeMo-RL's `math_hf_data_processor` with the policy's
-tokenizer; rewards are NeMo-RL's ``hf_math_verify`` on the decoded response
-(`mcore_grpo.grpo.nemo_rl_math`). Prompts longer than ``task.max_prompt_tokens`` are left out
+tokenizer; rewards are NeMo-RL's verifier (``task.math_verify_impl``: ``hf_math_verify`` or
+``dapo_math_verify``) on the decoded response (`mcore_grpo.grpo.nemo_rl_math`). Prompts longer than ``task.max_prompt_tokens`` are left out
 (and counted in the log), as NeMo-RL masks them out of its loss.
 """
 
@@ -84,6 +84,7 @@ class MathTask:
 
     def __init__(self, cfg: TaskSection, model_dir: str, max_seq_length: int) -> None:
         self.name = cfg.name
+        self.verify_impl = cfg.math_verify_impl
         self.tokenizer = load_tokenizer(model_dir)
         self.vocab_size = len(self.tokenizer)
         self.pad_id = int(self.tokenizer.pad_token_id)
@@ -127,7 +128,7 @@ class MathTask:
     def verifier(self) -> MathVerifier:
         """NeMo-RL's verifier, built on first use (its import takes seconds)."""
         if self._verifier is None:
-            self._verifier = MathVerifier()
+            self._verifier = MathVerifier(self.verify_impl)
         return self._verifier
 
     def all_problems(self) -> list[MathProblem]:

@@ -6,9 +6,14 @@ math data processor renders and the verifier its math environment scores with.
   (``examples/prompts/cot.txt`` by default, the GRPO math recipes' prompt): the model's own chat
   template, the generation prompt appended, no extra special tokens; its token ids.
 - `MathVerifier`: the class under NeMo-RL's Ray actor ``HFVerifyWorker``
-  (nemo_rl/environments/math_environment.py) with ``math_verify_impl="hf_math_verify"``, the
-  default of its `MathEnvironment`, called in-process: the gold answer as ``\\boxed{...}``,
-  math-verify's LaTeX and expression extraction on the response, 1.0 or 0.0.
+  (nemo_rl/environments/math_environment.py), called in-process with its ``math_verify_impl``:
+  ``hf_math_verify`` (its `MathEnvironment`'s default: the gold answer as ``\\boxed{...}``,
+  math-verify's LaTeX and expression extraction on the whole response) or
+  ``dapo_math_verify`` (the last ``Answer: X`` line of the response's last 300 characters,
+  normalised, equal to the ground truth); 1.0 or 0.0.
+
+Prompt files are looked up as given, then under this project's ``presets/prompts/``, then in
+the NeMo-RL checkout (its ``examples/prompts``).
 """
 
 from __future__ import annotations
@@ -22,13 +27,18 @@ import torch
 from mcore_grpo.nemo_rl_driver.source import require_nemo_rl, source_root
 
 DEFAULT_PROMPT_FILE = "examples/prompts/cot.txt"
-VERIFY_IMPL = "hf_math_verify"
+DEFAULT_VERIFY_IMPL = "hf_math_verify"
+PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 
 
 def prompt_file(name: str | None) -> Path:
-    """A prompt file: a path, or one relative to the NeMo-RL checkout (its examples)."""
+    """A prompt file: a path, one under this project's presets (``prompts/...``), or one
+    relative to the NeMo-RL checkout (``examples/prompts/...``)."""
     chosen = Path(name or DEFAULT_PROMPT_FILE)
-    return chosen if chosen.is_absolute() or chosen.exists() else source_root() / chosen
+    if chosen.is_absolute() or chosen.exists():
+        return chosen
+    ours = PRESETS_DIR / chosen
+    return ours if ours.exists() else source_root() / chosen
 
 
 def task_data_spec(task_name: str, prompt: str | None, system_prompt: str | None) -> Any:
@@ -67,7 +77,8 @@ def render_prompt(
 class MathVerifier:
     """NeMo-RL's ``HFVerifyWorker.verify`` in this process (its Ray actor's own class)."""
 
-    def __init__(self) -> None:
+    def __init__(self, impl: str = DEFAULT_VERIFY_IMPL) -> None:
+        self.impl = impl
         require_nemo_rl()
         from nemo_rl.environments.math_environment import HFVerifyWorker
 
@@ -76,6 +87,4 @@ class MathVerifier:
 
     def scores(self, responses: Sequence[str], answers: Sequence[str]) -> list[float]:
         """1.0 where a response's final answer equals the ground truth, else 0.0."""
-        return list(
-            self._worker.verify(list(responses), list(answers), math_verify_impl=VERIFY_IMPL)
-        )
+        return list(self._worker.verify(list(responses), list(answers), math_verify_impl=self.impl))

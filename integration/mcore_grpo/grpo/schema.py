@@ -197,6 +197,8 @@ class PolicySection:
 
 # task.name of the real-model math tasks (mcore_grpo.grpo.math_task): the checkpoint's tokenizer.
 MATH_TASKS = ("arithmetic", "math-dataset")
+# NeMo-RL's `MathEnvironment` verifiers (``env.math.math_verify_impl`` in its configs).
+MATH_VERIFY_IMPLS = ("hf_math_verify", "dapo_math_verify")
 
 
 @dataclass
@@ -240,6 +242,10 @@ class TaskSection:
     max_prompt_tokens: int = 256
     prompt_file: str | None = None
     system_prompt_file: str | None = None
+    # NeMo-RL's key (env.math.math_verify_impl): hf_math_verify (its default: math-verify on
+    # the whole response, boxed or plain expressions) or dapo_math_verify (Minerva's last
+    # "Answer: X" line, compared after normalisation), see docs/real-model.md.
+    math_verify_impl: str = "hf_math_verify"
     arithmetic: ArithmeticSection = field(default_factory=ArithmeticSection)
     dataset: DatasetSection = field(default_factory=DatasetSection)
 
@@ -348,6 +354,11 @@ def validate(config: RunConfig) -> None:
             f"task.name={config.task.name} needs a pretrained Hugging Face model with a chat "
             "template (policy.model_name: smollm2-135m-instruct, a checkpoint directory or a Hub "
             "id); tiny-gpt speaks only the built-in tasks' 15 symbols"
+        )
+    if config.task.math_verify_impl not in MATH_VERIFY_IMPLS:
+        raise ConfigError(
+            f"task.math_verify_impl={config.task.math_verify_impl!r}: NeMo-RL's math environment "
+            f"knows {' and '.join(MATH_VERIFY_IMPLS)}"
         )
     if config.checkpointing.save_consolidated and p.model_name == "tiny-gpt":
         raise ConfigError(

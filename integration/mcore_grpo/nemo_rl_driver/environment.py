@@ -71,9 +71,9 @@ def start_environment(task_name: str, max_addend: int, num_terms: int) -> Any:
     return actor.remote(task_name, max_addend, num_terms)  # type: ignore[attr-defined]
 
 
-def start_math_environment() -> Any:
+def start_math_environment(math_verify_impl: str) -> Any:
     """NeMo-RL's own `MathEnvironment` actor, made by its `create_env` as its math recipes do
-    (one verifier worker: hf_math_verify, NeMo-RL's default)."""
+    (one verifier worker, `math_verify_impl` as its ``env.math`` config names it)."""
     from nemo_rl.environments.utils import create_env
 
-    return create_env("math", {"num_workers": 1})
+    return create_env("math", {"num_workers": 1, "math_verify_impl": math_verify_impl})

@@ -7,7 +7,7 @@ pieces come from NeMo-RL's own classes where NeMo-RL has them -- `MasterConfig`,
 worker is ours: the policy and its colocated generation over `NemoRLRank` actors (CPU, gloo),
 the task as an environment actor, the task tokenizer. A math task (a real pretrained model)
 takes NeMo-RL's own pieces there too: its `math_hf_data_processor` renders the prompts with the
-checkpoint's tokenizer and chat template, its `MathEnvironment` (hf_math_verify) scores them.
+checkpoint's tokenizer and chat template, its `MathEnvironment` (``task.math_verify_impl``) scores them.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def setup_run(config: RunConfig, workers: int, output_dir: Path) -> NemoRLRun:
         )
         generation.weight_synchronizer.init_communicator()
         if isinstance(task, MathTask):
-            env_name, env = MATH_ENV, start_math_environment()
+            env_name, env = MATH_ENV, start_math_environment(task.verify_impl)
         else:
             env_name = task.name
             env = start_environment(task.name, config.task.max_addend, config.task.num_terms)

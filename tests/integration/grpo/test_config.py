@@ -77,6 +77,11 @@ def test_value_and_shape_errors() -> None:
         load_config(overrides=["grpo.num_generations_per_prompt=1"])
     with pytest.raises(ConfigError, match=r"reference_policy_kl_type"):
         load_config(overrides=["loss_fn.reference_policy_kl_type=k9"])
+    with pytest.raises(
+        ConfigError,
+        match=r"task.math_verify_impl='qwen'.*knows hf_math_verify and dapo_math_verify",
+    ):
+        load_config(overrides=["task.math_verify_impl=qwen"])
     with pytest.raises(ConfigError, match=r"unknown preset 'cpu-tiyn'.*did you mean 'cpu-tiny'"):
         load_config("cpu-tiyn")
     with pytest.raises(ConfigError, match=r"must split into data-parallel size 3"):

@@ -25,7 +25,6 @@ SMALL = (
     "policy.generation.max_new_tokens=24",
     "grpo.max_val_samples=4",
     "grpo.val_batch_size=4",
-    "task.arithmetic.num_problems=300",
 )
 
 
@@ -77,8 +76,8 @@ def test_nemo_rls_grpo_train_with_its_math_environment_drives_the_real_model(
     tmp_path: Path,
 ) -> None:
     """`--driver nemo-rl`: NeMo-RL's grpo_train, its math_hf_data_processor prompts and its own
-    MathEnvironment actor (hf_math_verify) score the real model's samples; its consolidated
-    checkpoint loads in transformers."""
+    MathEnvironment actor (the preset's dapo_math_verify) score the real model's samples; its
+    consolidated checkpoint loads in transformers."""
     out = tmp_path / "run"
     log = run_cli(
         tmp_path,
