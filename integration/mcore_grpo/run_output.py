@@ -191,10 +191,7 @@ def route_ray_logger() -> None:
     take the root's route like everyone else's (errors still print). Call after importing ray."""
     if not os.environ.get(LOG_DIR_ENV):
         return  # --verbose (or no CLI run): Ray as it is
-    ray_logger = logging.getLogger("ray")
-    for handler in list(ray_logger.handlers):
-        ray_logger.removeHandler(handler)
-    ray_logger.propagate = True
+    _to_root([logging.getLogger("ray")])
 
 
 def setup_worker() -> None:

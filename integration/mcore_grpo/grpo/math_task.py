@@ -5,8 +5,9 @@ verifier, a seeded train split and a disjoint held-out eval split.
 ``math-dataset`` (a local JSONL/Parquet file, GSM8K by default: ``task.dataset.*``). Prompts are
 rendered once, at construction, by NeMo-RL's `math_hf_data_processor` with the policy's
 tokenizer; rewards are NeMo-RL's verifier (``task.math_verify_impl``: ``hf_math_verify`` or
-``dapo_math_verify``) on the decoded response (`mcore_grpo.grpo.nemo_rl_math`). Prompts longer than ``task.max_prompt_tokens`` are left out
-(and counted in the log), as NeMo-RL masks them out of its loss.
+``dapo_math_verify``) on the decoded response (`mcore_grpo.grpo.nemo_rl_math`). Prompts longer
+than ``task.max_prompt_tokens`` are left out (and counted in the log), as NeMo-RL masks them
+out of its loss.
 """
 
 from __future__ import annotations

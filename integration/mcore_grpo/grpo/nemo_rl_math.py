@@ -27,7 +27,6 @@ import torch
 from mcore_grpo.nemo_rl_driver.source import require_nemo_rl, source_root
 
 DEFAULT_PROMPT_FILE = "examples/prompts/cot.txt"
-DEFAULT_VERIFY_IMPL = "hf_math_verify"
 PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 
 
@@ -77,7 +76,7 @@ def render_prompt(
 class MathVerifier:
     """NeMo-RL's ``HFVerifyWorker.verify`` in this process (its Ray actor's own class)."""
 
-    def __init__(self, impl: str = DEFAULT_VERIFY_IMPL) -> None:
+    def __init__(self, impl: str) -> None:
         self.impl = impl
         require_nemo_rl()
         from nemo_rl.environments.math_environment import HFVerifyWorker

@@ -7,7 +7,8 @@ pieces come from NeMo-RL's own classes where NeMo-RL has them -- `MasterConfig`,
 worker is ours: the policy and its colocated generation over `NemoRLRank` actors (CPU, gloo),
 the task as an environment actor, the task tokenizer. A math task (a real pretrained model)
 takes NeMo-RL's own pieces there too: its `math_hf_data_processor` renders the prompts with the
-checkpoint's tokenizer and chat template, its `MathEnvironment` (``task.math_verify_impl``) scores them.
+checkpoint's tokenizer and chat template, its `MathEnvironment` (``task.math_verify_impl``)
+scores them.
 """
 
 from __future__ import annotations
