@@ -17,18 +17,20 @@ import argparse
 import contextlib
 import logging
 import os
+import shlex
 import signal
 import sys
 import time
 from pathlib import Path
 
-from mcore_grpo.grpo.checkpoint import CheckpointError
+from mcore_grpo.grpo.checkpoint import CheckpointError, latest_step
 from mcore_grpo.grpo.config_loader import DEFAULT_PRESET, load_config, preset_names
 from mcore_grpo.grpo.dry_run import check_layout
 from mcore_grpo.grpo.hf_model import is_hf_model, resolve_model
 from mcore_grpo.grpo.math_task import make_task
 from mcore_grpo.grpo.messages import TaskTokens
 from mcore_grpo.grpo.metrics import summarize
+from mcore_grpo.grpo.placement import PlacementError
 from mcore_grpo.grpo.runner import WorkerFailed, make_runner
 from mcore_grpo.grpo.schema import ConfigError, RunConfig, unused_settings
 from mcore_grpo.grpo.worker_settings import sampling_params
@@ -63,6 +65,21 @@ def injected_failure() -> tuple[int | None, int | None]:
         return None, None
     rank, _, step = value.partition(":")
     return int(rank), int(step)
+
+
+def aborted_message(err: WorkerFailed, output_dir: Path, step: int | None, argv: list[str]) -> str:
+    """The abort line: the cause, the step, the checkpoint to resume from and the command
+    (a raised worker's traceback follows on the next lines)."""
+    cause, _, traceback = str(err).partition("\n")
+    at = f" at step {step}" if step is not None else ""
+    command = "mcore-grpo " + shlex.join([a for a in argv if a != "--resume"])
+    found = latest_step(output_dir)
+    if found is None:
+        then = f"no checkpoint was saved yet; run again with: {command}"
+    else:
+        then = f"last checkpoint: step {found[0]} ({found[1]}); resume with: {command} --resume"
+    line = f"mcore-grpo: run aborted{at}: {cause}; {then}"
+    return f"{line}\n{traceback}" if traceback else line
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -226,6 +243,7 @@ def _main(args: argparse.Namespace, held: HeldBack | None) -> int:
     # KV cache cannot run, e.g. sequence parallelism); this is the one the config asks for.
     log.info("mcore-grpo: generation backend %s", sampling_params(config, tokens).backend)
     runner = None
+    loop = None
     try:
         fail_rank, fail_step = injected_failure()
         runner = make_runner(
@@ -239,11 +257,12 @@ def _main(args: argparse.Namespace, held: HeldBack | None) -> int:
         interrupt_on_signals()  # again: ray.init installs a handler that aborts on SIGTERM
         loop = GRPOLoop(config, task, runner, output_dir, export_hf=args.export_hf)
         result = loop.run(resume=args.resume, progress=not args.no_progress)
-    except (ConfigError, CheckpointError, ValueError) as err:
+    except (ConfigError, CheckpointError, ValueError, PlacementError) as err:
         print(f"mcore-grpo: {err}", file=sys.stderr)
         return 2
     except WorkerFailed as err:
-        print(f"mcore-grpo: run aborted: {err}", file=sys.stderr)
+        step = loop.current_step if loop is not None else None
+        print(aborted_message(err, output_dir, step, sys.argv[1:]), file=sys.stderr)
         return 1
     except KeyboardInterrupt as err:
         print(

@@ -233,6 +233,17 @@ class ResumePoint:
         return self.path / "reference.pt"
 
 
+def latest_step(output_dir: Path) -> tuple[int, Path] | None:
+    """(step, directory) of the newest finished checkpoint `latest` names, or None; what an
+    aborted run tells the user to resume from (`find_latest` checks the files on resume)."""
+    root = checkpoints_root(output_dir)
+    pointer = root / LATEST
+    named = _STEP_DIR.fullmatch(pointer.read_text().strip()) if pointer.is_file() else None
+    if named is None or not (root / named.group(0)).is_dir():
+        return None
+    return int(named.group(1)), root / named.group(0)
+
+
 def find_latest(output_dir: Path, refused: Callable[[str], None] | None = None) -> ResumePoint:
     """The newest complete checkpoint (at most the step `latest` names): each one refused on
     the way is reported through `refused` (one line naming the file)."""

@@ -141,6 +141,7 @@ class GRPOLoop:
             )
         self.signature = checkpoint.model_signature(config.to_dict(), task.vocab_size)
         self.evaluator = Evaluator(task, config.grpo.max_val_samples)
+        self.current_step: int | None = None  # the step being run (named when a run aborts)
 
     # ---- one step -------------------------------------------------------------------
     def step(self, step: int) -> dict[str, Any]:
@@ -349,6 +350,7 @@ class GRPOLoop:
         at_start = self._evaluate(0) if first == 1 and self.config.grpo.val_at_start else {}
         try:
             for step in range(first, max_steps + 1):
+                self.current_step = step
                 record = self.step(step)
                 if step == 1:
                     record.update({f"{k}_at_start": v for k, v in at_start.items()})

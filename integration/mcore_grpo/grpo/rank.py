@@ -23,15 +23,12 @@ import torch.distributed as dist
 
 from mcore_grpo.grpo.loss import RecordingLossSum
 from mcore_grpo.grpo.messages import GenerateResult, GroupSpec, TaskTokens, TrainResult, TrainShard
+from mcore_grpo.grpo.placement import WorkerPlace
 from mcore_grpo.grpo.schema import RunConfig
 from mcore_grpo.grpo.train_batch import left_padded, logprob_sums, shard_batch, trained_length
 from mcore_grpo.grpo.worker_settings import sampling_params, worker_config
 from mcore_grpo.worker.parallel import backend_for
 from mcore_grpo.worker.sampling import GroupGenerators
-
-# How long a collective may wait for a peer before gloo gives up (the driver normally
-# notices a dead worker first and kills the rest).
-COLLECTIVE_TIMEOUT = timedelta(seconds=120)
 
 
 class InjectedFailure(RuntimeError):
@@ -81,7 +78,7 @@ class PolicyRank:
                 backend=backend_for(config.policy.device),
                 rank=rank,
                 world_size=world_size,
-                timeout=COLLECTIVE_TIMEOUT,
+                timeout=timedelta(seconds=config.cluster.collective_timeout_s),
             )
         from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 
@@ -89,9 +86,17 @@ class PolicyRank:
         self.worker = MegatronPolicyWorker(worker_config(config, tokens), loss_sum_fn=self.loss)
         self.sampling = sampling_params(config, tokens)
 
-    def ready(self) -> int:
-        """Round trip used by the runner to wait for construction."""
-        return self.rank
+    def ready(self) -> WorkerPlace:
+        """Where this rank runs; the runner's wait for construction."""
+        import ray
+
+        in_ray = ray.is_initialized()
+        return WorkerPlace(
+            rank=self.rank,
+            node_id=ray.get_runtime_context().get_node_id() if in_ray else "local",
+            node_ip=ray.util.get_node_ip_address() if in_ray else "127.0.0.1",
+            pid=os.getpid(),
+        )
 
     def _maybe_fail(self, step: int, where: str) -> None:
         if self.fail_at_step is not None and step == self.fail_at_step:

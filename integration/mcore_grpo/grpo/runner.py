@@ -4,30 +4,33 @@ Named "runner", not "engine": in this package "engine" means an inference engine
 `mcore_grpo.worker.engine_lifecycle`).
 
 `RayRunner` starts Ray locally when no cluster address is given (``RAY_ADDRESS`` or
-``address=``), creates one `PolicyRank` actor per worker (gloo on CPU, NCCL on GPU, one
-process group over all of them) and calls every actor for each phase of a step. It waits on
-all calls together: the first worker that raises or dies ends the whole call at once with
-that worker's traceback (`WorkerFailed`) and the other actors are killed, so a peer blocked
-in a collective on the dead worker cannot hang the run.
+``address=``), places one `PolicyRank` actor per worker over ``cluster.num_nodes`` nodes
+(`mcore_grpo.grpo.placement`; gloo on CPU, NCCL on GPU, one process group over all of them,
+meeting at rank 0's node) and calls every actor for each phase of a step. It waits on all
+calls together: when a worker raises, dies, loses its node or stops answering, the call ends
+with that worker named (`WorkerFailed`, its cause found by `mcore_grpo.grpo.fault`) and the
+other actors are killed, so a peer blocked in a collective on the dead worker cannot hang the
+run.
 """
 
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from mcore_grpo.grpo import fault, placement
 from mcore_grpo.grpo.local_ray import start_local_ray, stop_local_ray
 from mcore_grpo.grpo.messages import TaskTokens
+from mcore_grpo.grpo.placement import WorkerPlace, free_port
 from mcore_grpo.grpo.rank import PolicyRank
 from mcore_grpo.grpo.schema import RunConfig
 from mcore_grpo.run_output import ray_runtime_env, route_ray_logger
 
 
 class WorkerFailed(RuntimeError):
-    """A policy worker raised or died; the message carries its rank and traceback."""
+    """A policy worker raised, died or went silent; the message names it and the cause."""
 
 
 class Runner(Protocol):
@@ -42,13 +45,6 @@ class Runner(Protocol):
     def shutdown(self) -> None:
         """Stop the workers."""
         ...
-
-
-def free_port() -> int:
-    """An unused TCP port on this host for the torch.distributed rendezvous."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class LocalRunner:
@@ -101,8 +97,11 @@ class RayRunner:
         self.world_size = world_size
         self._ray = ray
         self._started_ray = False
+        self.collective_timeout_s = config.cluster.collective_timeout_s
+        self.fault_wait_s = config.cluster.fault_wait_s
         address = address or os.environ.get("RAY_ADDRESS")
         gpu = config.policy.device == "cuda"
+        per_node = placement.ranks_per_node(world_size, config.cluster.num_nodes)
         if not ray.is_initialized():
             if address:
                 route_ray_logger()
@@ -110,49 +109,63 @@ class RayRunner:
             else:
                 start_local_ray(world_size)
             self._started_ray = True
-        # Each CPU actor gets an equal share of the cores for its torch threads.
-        threads = None if gpu else max(1, (os.cpu_count() or 1) // world_size)
-        actor_cls = ray.remote(num_cpus=1, num_gpus=1 if gpu else 0, max_restarts=0)(rank_cls)
-        port = free_port()
-        host = "127.0.0.1" if not address else ray.util.get_node_ip_address()
-        self.actors: list[Any] = [
-            actor_cls.remote(  # type: ignore[attr-defined]
-                config,
-                tokens,
-                rank,
-                world_size,
-                host,
-                port,
-                num_threads=threads,
-                fail_at_step=fail_at_step if rank == fail_at_rank else None,
-            )
-            for rank in range(world_size)
-        ]
+        self.actors: list[Any] = []
+        self.places: list[WorkerPlace] = []
+        self.groups: list[Any] = []
         try:
-            self.call("ready", [()] * world_size)
+            self.groups = placement.reserve(ray, world_size, config.cluster.num_nodes, gpu)
+            host, port = placement.rendezvous(ray, self.groups[0])
+            # Each CPU actor gets an equal share of its node's cores for its torch threads.
+            threads = None if gpu else max(1, (os.cpu_count() or 1) // per_node)
+            actor_cls = ray.remote(num_cpus=1, num_gpus=1 if gpu else 0, max_restarts=0)(rank_cls)
+            for rank in range(world_size):
+                group, bundle = placement.bundle_of(rank, per_node)
+                options = {
+                    "scheduling_strategy": placement.strategy_for(self.groups[group], bundle)
+                }
+                self.actors.append(
+                    actor_cls.options(**options).remote(  # type: ignore[attr-defined]
+                        config,
+                        tokens,
+                        rank,
+                        world_size,
+                        host,
+                        port,
+                        num_threads=threads,
+                        fail_at_step=fail_at_step if rank == fail_at_rank else None,
+                    )
+                )
+            # Until the actors report where they run, a failure names the rank only.
+            self.places = [WorkerPlace(rank, "unknown", "unknown", 0) for rank in range(world_size)]
+            self.places = self.call("ready", [()] * world_size)
         except BaseException:
             self.shutdown()
             raise
 
     def call(self, method: str, per_rank_args: Sequence[tuple[Any, ...]]) -> list[Any]:
-        """Dispatch to all actors; the first failure kills the rest and raises at once."""
+        """Dispatch to all actors; a failure kills the rest and raises, naming its cause."""
         ray = self._ray
         refs = [
             getattr(actor, method).remote(*args)
             for actor, args in zip(self.actors, per_rank_args, strict=True)
         ]
-        rank_of = {ref: rank for rank, ref in enumerate(refs)}
-        pending = list(refs)
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            for ref in done:
-                try:
-                    ray.get(ref)
-                except Exception as err:  # RayTaskError (raised) or RayActorError (died)
-                    self.kill()
-                    raise WorkerFailed(
-                        f"worker rank {rank_of[ref]} failed in {method}:\n{err}"
-                    ) from None
+        faults = fault.gather(
+            ray,
+            refs,
+            self.places,
+            collective_timeout_s=self.collective_timeout_s,
+            fault_wait_s=self.fault_wait_s,
+        )
+        if faults:
+            self.kill()
+            raise WorkerFailed(
+                fault.describe(
+                    faults,
+                    method,
+                    collective_timeout_s=self.collective_timeout_s,
+                    fault_wait_s=self.fault_wait_s,
+                )
+            )
         return ray.get(refs)
 
     def kill(self) -> None:
@@ -165,9 +178,12 @@ class RayRunner:
         self.actors = []
 
     def shutdown(self) -> None:
-        """Kill the actors and stop Ray if this runner started it."""
+        """Kill the actors, free their placement and stop Ray if this runner started it."""
         if self.actors:
             self.kill()
+        if self.groups:
+            placement.release(self.groups)
+            self.groups = []
         if self._started_ray and self._ray.is_initialized():
             # Give the raylet a moment to reap the actors before shutting it down.
             time.sleep(0.1)

@@ -252,10 +252,21 @@ class TaskSection:
 
 @dataclass
 class ClusterSection:
-    """``cluster.*``: what a GPU preset needs (documentation and a check, not a scheduler)."""
+    """``cluster.*``: the nodes of the run and how long a silent worker is waited for.
+
+    `num_nodes` means what it means in NeMo-RL: the ``--workers`` ranks are spread over that
+    many nodes of the Ray cluster, an equal share on each (`mcore_grpo.grpo.placement`).
+    `gpus_per_node` is what a GPU preset needs (documentation and a check, not a scheduler).
+    """
 
     gpus_per_node: int = 0
     num_nodes: int = 1
+    # How long a torch.distributed collective waits for a peer, and how long the driver waits
+    # for a rank whose peers have all answered a call (`mcore_grpo.grpo.fault`).
+    collective_timeout_s: float = 120.0
+    # After a first failure, how long the driver listens for its cause: Ray declares a lost
+    # node dead after its health checks (about 15 s with Ray's defaults).
+    fault_wait_s: float = 30.0
 
 
 @dataclass
@@ -344,6 +355,14 @@ def validate(config: RunConfig) -> None:
             f"policy.train_global_batch_size={p.train_global_batch_size}"
         )
     _validate_moe(config)
+    for key, seconds in (
+        ("cluster.collective_timeout_s", config.cluster.collective_timeout_s),
+        ("cluster.fault_wait_s", config.cluster.fault_wait_s),
+    ):
+        if not seconds > 0:
+            raise ConfigError(f"{key}={seconds}: must be a number of seconds > 0")
+    if config.cluster.num_nodes < 1:
+        raise ConfigError(f"cluster.num_nodes={config.cluster.num_nodes}: must be >= 1")
     if config.checkpointing.save_period < 0:
         raise ConfigError(
             f"checkpointing.save_period={config.checkpointing.save_period}: must be >= 0 "
