@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+from mcore_grpo.grpo import placement
 from mcore_grpo.grpo.checkpoint import CheckpointError, latest_step
 from mcore_grpo.grpo.config_loader import DEFAULT_PRESET, load_config, preset_names
 from mcore_grpo.grpo.dry_run import check_layout
@@ -255,6 +256,7 @@ def _main(args: argparse.Namespace, held: HeldBack | None) -> int:
             fail_at_step=fail_step,
         )
         interrupt_on_signals()  # again: ray.init installs a handler that aborts on SIGTERM
+        log.info("mcore-grpo: %s", placement.record(runner.places, output_dir))
         loop = GRPOLoop(config, task, runner, output_dir, export_hf=args.export_hf)
         result = loop.run(resume=args.resume, progress=not args.no_progress)
     except (ConfigError, CheckpointError, ValueError, PlacementError) as err:

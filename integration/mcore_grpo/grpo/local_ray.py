@@ -37,6 +37,11 @@ def start_local_ray(workers: int, extra_cpus: int = 0) -> None:
     for attempt in range(1, START_ATTEMPTS + 1):
         try:
             ray.init(
+                # "local": a new instance; with no address ray.init attaches to any Ray already
+                # running on the machine (another run's, a test's cluster) and then refuses
+                # num_cpus ("When connecting to an existing cluster, num_cpus ... must not be
+                # provided").
+                address="local",
                 num_cpus=max(workers, os.cpu_count() or 1) + extra_cpus,
                 include_dashboard=False,
                 log_to_driver=True,

@@ -15,10 +15,14 @@ machine the other ranks must reach it. The IP is the one Ray knows the node by (
 
 from __future__ import annotations
 
+import json
 import socket
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
+PLACEMENT_FILE = "placement.json"  # in the run's output directory
 PLACEMENT_TIMEOUT_S = 180.0  # NeMo-RL's RayVirtualCluster waits as long for its groups
 
 
@@ -121,3 +125,15 @@ def rendezvous(ray: Any, group: Any) -> tuple[str, int]:
     """The IP and a free port of the node holding `group`'s bundle 0 (rank 0)."""
     task = ray.remote(num_cpus=0)(_node_address)
     return ray.get(task.options(scheduling_strategy=strategy_for(group, 0)).remote())
+
+
+def record(places: Sequence[WorkerPlace], output_dir: Path) -> str:
+    """Write where each rank runs to ``placement.json`` in `output_dir` (for programs and for
+    the fault messages' pids); returns the one-line summary for the log."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / PLACEMENT_FILE).write_text(
+        json.dumps([asdict(p) for p in places], indent=1) + "\n"
+    )
+    nodes = {p.node_id for p in places}
+    ranks = "; ".join(f"rank {p.rank} {p.where()}" for p in places)
+    return f"{len(places)} worker(s) on {len(nodes)} node(s): {ranks}"

@@ -37,6 +37,7 @@ class Runner(Protocol):
     """What the GRPO loop needs from the workers."""
 
     world_size: int
+    places: list[WorkerPlace]
 
     def call(self, method: str, per_rank_args: Sequence[tuple[Any, ...]]) -> list[Any]:
         """Call `method` on every rank with its own args; results in rank order."""
@@ -58,6 +59,7 @@ class LocalRunner:
         self.rank = PolicyRank(
             config, tokens, 0, 1, "127.0.0.1", free_port(), fail_at_step=fail_at_step
         )
+        self.places = [WorkerPlace(0, "local", "127.0.0.1", os.getpid())]
 
     def call(self, method: str, per_rank_args: Sequence[tuple[Any, ...]]) -> list[Any]:
         """Call the method directly; exceptions propagate as `WorkerFailed`."""

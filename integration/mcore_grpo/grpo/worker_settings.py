@@ -69,6 +69,7 @@ def worker_config(config: RunConfig, tokens: TaskTokens) -> WorkerConfig:
             expert_model_parallel_size=mc.expert_model_parallel_size,
             expert_tensor_parallel_size=mc.expert_tensor_parallel_size,
             sequence_parallel=mc.sequence_parallel,
+            distributed_timeout_minutes=config.cluster.collective_timeout_s / 60,
         ),
         ddp=DDPConfig(
             use_distributed_optimizer=mc.optimizer.use_distributed_optimizer,

@@ -79,8 +79,8 @@ def cpu_overrides(config: RunConfig, workers: int, output_dir: Path) -> list[str
         "data.shuffle": False,
         "data.num_workers": 0,
         # Workers per node: grpo_train divides throughput by num_nodes x gpus_per_node.
-        "cluster.gpus_per_node": workers,
-        "cluster.num_nodes": 1,
+        "cluster.gpus_per_node": workers // config.cluster.num_nodes,
+        "cluster.num_nodes": config.cluster.num_nodes,
         "logger.log_dir": output_dir / "logs",
         "logger.tensorboard_enabled": True,
         "logger.wandb_enabled": False,

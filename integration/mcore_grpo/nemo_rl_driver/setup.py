@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mcore_grpo.grpo.local_ray import start_local_ray, stop_local_ray
+from mcore_grpo.grpo.local_ray import ADDRESS_ENV, start_local_ray, stop_local_ray
 from mcore_grpo.grpo.math_task import MathTask, make_task
 from mcore_grpo.grpo.messages import TaskTokens
 from mcore_grpo.grpo.runner import RayRunner
@@ -130,6 +130,12 @@ def setup_run(config: RunConfig, workers: int, output_dir: Path) -> NemoRLRun:
     tokens = TaskTokens.of(task)
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # inherited by the actors
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")  # see mcore_grpo.grpo.runner
+    if os.environ.get(ADDRESS_ENV):
+        raise ConfigError(
+            f"{ADDRESS_ENV}={os.environ[ADDRESS_ENV]}: --driver nemo-rl runs on a Ray of its own "
+            f"on this machine; unset {ADDRESS_ENV}, or attach to the cluster with the mcore "
+            "driver (docs/cluster.md)"
+        )
     # NeMo-RL's math environment and its verifier are actors of one (logical) CPU each.
     start_local_ray(workers, extra_cpus=2 if math else 0)
     runner = RayRunner(config, tokens, workers, rank_cls=NemoRLRank)

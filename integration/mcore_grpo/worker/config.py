@@ -74,6 +74,9 @@ class ParallelConfig:
     expert_model_parallel_size: int = 1
     expert_tensor_parallel_size: int | None = None  # None: megatron's default (= TP)
     sequence_parallel: bool = False
+    # How long megatron-core's process groups (TP, DP, ...) wait in a collective; Megatron-LM's
+    # --distributed-timeout-minutes. The groups do not inherit the default group's timeout.
+    distributed_timeout_minutes: float = 30.0
 
 
 @dataclass(frozen=True)

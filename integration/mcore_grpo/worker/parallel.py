@@ -96,6 +96,8 @@ def init_model_parallel(config: WorkerConfig) -> ParallelLayout:
             pipeline_model_parallel_size=pp,
             expert_model_parallel_size=config.parallel.expert_model_parallel_size,
             expert_tensor_parallel_size=config.parallel.expert_tensor_parallel_size,
+            # Annotated int, used only as timedelta(minutes=...): a fraction is seconds.
+            distributed_timeout_minutes=config.parallel.distributed_timeout_minutes,  # type: ignore[arg-type]
         )
     return current_layout()
 
