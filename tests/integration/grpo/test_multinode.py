@@ -50,14 +50,16 @@ class TwoNodes:
 
     @property
     def address(self) -> str:
-        return self.cluster.address
+        return str(self.cluster.address)
 
     def node_ids(self) -> set[str]:
-        return {self.cluster.head_node.node_id, self.worker.node_id}
+        head = self.cluster.head_node
+        assert head is not None
+        return {str(head.node_id), str(self.worker.node_id)}
 
     def kill_worker_node(self) -> str:
         """SIGKILL the worker node's raylet and everything on it; its node id."""
-        node_id = self.worker.node_id
+        node_id = str(self.worker.node_id)
         self.cluster.remove_node(self.worker, allow_graceful=False)
         return node_id
 
@@ -170,10 +172,12 @@ def _run_until_fault(out: Path, address: str, inject: Any, *extra: str) -> tuple
         proc.kill()
         pytest.fail("the run did not end after the fault")
     ended_in = time.monotonic() - fault_at
+    print(f"\n{out.parent.name}: ended {ended_in:.1f} s after the fault")  # figures for docs/
     aborted = [
         line for line in stderr_path.read_text().splitlines() if "mcore-grpo: run aborted" in line
     ]
     assert len(aborted) == 1, stderr_path.read_text()[-3000:]
+    print(aborted[0])
     return aborted[0], ended_in, proc.returncode
 
 
