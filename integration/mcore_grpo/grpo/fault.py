@@ -68,7 +68,10 @@ def classify(ray: Any, ref: Any, place: WorkerPlace) -> RankFault | None:
         return None
     except ray.exceptions.RayActorError as err:  # died or unreachable
         text = str(err)
-        if "node has died" in text or not _node_alive(ray, place.node_id):
+        if "creation task" in text:  # its __init__ raised: the traceback is the cause
+            return RankFault(place, Cause.RAISED, text)
+        known = bool(place.node_id)  # unknown until the rank reported where it runs
+        if "node has died" in text or (known and not _node_alive(ray, place.node_id)):
             return RankFault(place, Cause.NODE_LOST, "its node died")
         if isinstance(err, ray.exceptions.ActorUnavailableError):
             return RankFault(place, Cause.NO_ANSWER, "unreachable")
@@ -86,7 +89,9 @@ def settle_unreachable(ray: Any, faults: list[RankFault], deadline: float) -> li
     while any(f.cause == Cause.NO_ANSWER for f in settled) and time.monotonic() < deadline:
         settled = [
             RankFault(f.place, Cause.NODE_LOST, "its node died")
-            if f.cause == Cause.NO_ANSWER and not _node_alive(ray, f.place.node_id)
+            if f.cause == Cause.NO_ANSWER
+            and f.place.node_id
+            and not _node_alive(ray, f.place.node_id)
             else f
             for f in settled
         ]
@@ -130,11 +135,12 @@ def gather(
             break  # a cause is known; the rest are consequences
     if not faults and not pending:
         return []
+    cause_known = bool(faults) and min(f.cause for f in faults) <= Cause.RAISED
     faults += [RankFault(places[rank_of[ref]], Cause.NO_ANSWER, "no answer") for ref in pending]
-    wait_until = (first_fault_at or time.monotonic()) + fault_wait_s
-    return sorted(
-        settle_unreachable(ray, faults, wait_until), key=lambda f: (f.cause, f.place.rank)
-    )
+    if not cause_known:  # the silent ranks' nodes may yet be declared dead
+        wait_until = (first_fault_at or time.monotonic()) + fault_wait_s
+        faults = settle_unreachable(ray, faults, wait_until)
+    return sorted(faults, key=lambda f: (f.cause, f.place.rank))
 
 
 def _last_line(text: str) -> str:

@@ -41,6 +41,8 @@ class WorkerPlace:
 
     def where(self) -> str:
         """``pid 4242 on node 10.0.0.2, id 1a2b3c4d``."""
+        if not self.pid:  # failed while starting, before it could say
+            return "starting, its node not known yet"
         return f"pid {self.pid} on node {self.node_ip}, id {self.node_id[:8]}"
 
 

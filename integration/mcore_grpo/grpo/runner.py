@@ -138,7 +138,7 @@ class RayRunner:
                     )
                 )
             # Until the actors report where they run, a failure names the rank only.
-            self.places = [WorkerPlace(rank, "unknown", "unknown", 0) for rank in range(world_size)]
+            self.places = [WorkerPlace(rank, "", "", 0) for rank in range(world_size)]
             self.places = self.call("ready", [()] * world_size)
         except BaseException:
             self.shutdown()

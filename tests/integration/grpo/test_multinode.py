@@ -232,7 +232,7 @@ def test_a_killed_worker_process_ends_the_run_in_one_line_and_it_resumes(
     assert code == 1
     assert "worker rank 1 died in " in line and f"(pid {_pid_of(out, 1)} on node " in line
     assert "its worker process exited" in line
-    assert ended_in < 30, f"{ended_in:.1f} s"
+    assert ended_in < 15, f"{ended_in:.1f} s"  # Ray reports the death at once
     _resumes_to_the_uninterrupted_run(out, two_nodes.address, line, uninterrupted)
 
 
