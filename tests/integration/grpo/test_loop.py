@@ -36,7 +36,9 @@ class _NoRunner:
     """Stands in for the workers where the code under test must fail before calling them."""
 
     world_size = 1
-    places: list[Any] = []
+
+    def __init__(self) -> None:
+        self.places: list[Any] = []
 
     def call(self, method: str, per_rank_args: Any) -> list[Any]:
         raise AssertionError(f"{method} reached the workers")
