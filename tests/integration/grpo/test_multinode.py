@@ -145,13 +145,12 @@ def _checkpoint_named(line: str) -> int:
     return int(line.split("last checkpoint: step ")[1].split(" ")[0])
 
 
-def _run_until_fault(out: Path, address: str, inject: Any, *extra: str) -> tuple[str, float, int]:
-    """Start a run, call `inject(out)` once step 2 is logged; the abort line, the seconds from
-    the fault to the driver's exit, and the exit code."""
+def _start_until_step_2(out: Path, address: str, *args: str) -> subprocess.Popen[str]:
+    """A run started on the cluster, returned once it has logged step 2 (stderr to a file)."""
     stderr_path = out.parent / f"{out.name}.stderr"
     with stderr_path.open("w") as stderr_file:
         proc = subprocess.Popen(
-            _cmd(out, *extra, *RUN, *FAST_FAULTS),
+            _cmd(out, *args),
             env=_env(address),
             stdout=subprocess.PIPE,
             stderr=stderr_file,
@@ -160,10 +159,16 @@ def _run_until_fault(out: Path, address: str, inject: Any, *extra: str) -> tuple
     assert proc.stdout is not None
     for line in proc.stdout:
         if line.startswith("step   2/"):
-            break
-    else:
-        proc.wait(timeout=60)
-        pytest.fail(f"the run never logged step 2:\n{stderr_path.read_text()[-3000:]}")
+            return proc
+    proc.wait(timeout=60)
+    pytest.fail(f"the run never logged step 2:\n{stderr_path.read_text()[-3000:]}")
+
+
+def _run_until_fault(out: Path, address: str, inject: Any, *extra: str) -> tuple[str, float, int]:
+    """Start a run, call `inject(out)` once step 2 is logged; the abort line, the seconds from
+    the fault to the driver's exit, and the exit code."""
+    proc = _start_until_step_2(out, address, *extra, *RUN, *FAST_FAULTS)
+    stderr_path = out.parent / f"{out.name}.stderr"
     inject(out)
     fault_at = time.monotonic()
     try:
@@ -221,35 +226,42 @@ def test_a_lost_node_ends_the_run_in_one_line_and_it_resumes_on_a_fresh_local_ra
 
 
 @pytest.mark.timeout(900)
-def test_a_killed_worker_process_ends_the_run_in_one_line_and_it_resumes(
-    two_nodes: TwoNodes, uninterrupted: Path, tmp_path: Path
+@pytest.mark.parametrize(
+    ("sig", "says", "bounds"),
+    [
+        # Ray reports a killed process's death at once.
+        (signal.SIGKILL, ("worker rank 1 died in ", "its worker process exited"), (0, 15)),
+        # A stopped one shows as silence: collective_timeout_s (10 s) + fault_wait_s (20 s),
+        # plus the teardown.
+        (
+            signal.SIGSTOP,
+            (
+                "worker rank 1 stopped answering in ",
+                "silent 10 s after its peers (cluster.collective_timeout_s) and 20 s more "
+                "(cluster.fault_wait_s)",
+            ),
+            (10, 10 + 20 + 30),
+        ),
+    ],
+    ids=["killed", "stopped"],
+)
+def test_a_killed_or_stopped_worker_ends_the_run_in_one_line_and_it_resumes(
+    two_nodes: TwoNodes,
+    uninterrupted: Path,
+    tmp_path: Path,
+    sig: signal.Signals,
+    says: tuple[str, ...],
+    bounds: tuple[float, float],
 ) -> None:
     two_nodes.ensure_two()
     out = tmp_path / "run"
     line, ended_in, code = _run_until_fault(
-        out, two_nodes.address, lambda run_dir: os.kill(_pid_of(run_dir, 1), signal.SIGKILL)
+        out, two_nodes.address, lambda run_dir: os.kill(_pid_of(run_dir, 1), sig)
     )
     assert code == 1
-    assert "worker rank 1 died in " in line and f"(pid {_pid_of(out, 1)} on node " in line
-    assert "its worker process exited" in line
-    assert ended_in < 15, f"{ended_in:.1f} s"  # Ray reports the death at once
-    _resumes_to_the_uninterrupted_run(out, two_nodes.address, line, uninterrupted)
-
-
-@pytest.mark.timeout(900)
-def test_a_stopped_worker_ends_the_run_after_the_collective_timeout_and_it_resumes(
-    two_nodes: TwoNodes, uninterrupted: Path, tmp_path: Path
-) -> None:
-    two_nodes.ensure_two()
-    out = tmp_path / "run"
-    line, ended_in, code = _run_until_fault(
-        out, two_nodes.address, lambda run_dir: os.kill(_pid_of(run_dir, 1), signal.SIGSTOP)
-    )
-    assert code == 1
-    assert "worker rank 1 stopped answering in " in line
-    assert "cluster.collective_timeout_s" in line and "cluster.fault_wait_s" in line
-    # Bounded by collective_timeout_s (10 s) + fault_wait_s (20 s), plus the teardown.
-    assert 10 <= ended_in < 10 + 20 + 30, f"{ended_in:.1f} s"
+    assert all(fragment in line for fragment in says), line
+    assert f"(pid {_pid_of(out, 1)} on node " in line
+    assert bounds[0] <= ended_in < bounds[1], f"{ended_in:.1f} s"
     _resumes_to_the_uninterrupted_run(out, two_nodes.address, line, uninterrupted)
 
 
@@ -276,21 +288,7 @@ def test_a_killed_driver_leaves_no_worker_or_placement_behind(
     two_nodes.ensure_two()
     out = tmp_path / "run"
     driver: dict[str, int] = {}
-    stderr_path = tmp_path / "stderr.txt"
-    with stderr_path.open("w") as stderr_file:
-        proc = subprocess.Popen(
-            _cmd(out, *RUN),
-            env=_env(two_nodes.address),
-            stdout=subprocess.PIPE,
-            stderr=stderr_file,
-            text=True,
-        )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if line.startswith("step   2/"):
-            break
-    else:
-        pytest.fail(f"the run never logged step 2:\n{stderr_path.read_text()[-3000:]}")
+    proc = _start_until_step_2(out, two_nodes.address, *RUN)
     driver["ranks"] = len(_policy_rank_processes())
     assert driver["ranks"] == 2
     proc.kill()
