@@ -233,15 +233,21 @@ class ResumePoint:
         return self.path / "reference.pt"
 
 
+def _named_by_latest(root: Path) -> int | None:
+    """The step the `latest` pointer under `root` names, or None (absent or unreadable)."""
+    pointer = root / LATEST
+    named = _STEP_DIR.fullmatch(pointer.read_text().strip()) if pointer.is_file() else None
+    return int(named.group(1)) if named else None
+
+
 def latest_step(output_dir: Path) -> tuple[int, Path] | None:
     """(step, directory) of the newest finished checkpoint `latest` names, or None; what an
     aborted run tells the user to resume from (`find_latest` checks the files on resume)."""
     root = checkpoints_root(output_dir)
-    pointer = root / LATEST
-    named = _STEP_DIR.fullmatch(pointer.read_text().strip()) if pointer.is_file() else None
-    if named is None or not (root / named.group(0)).is_dir():
+    step = _named_by_latest(root)
+    if step is None or not (root / step_dir_name(step)).is_dir():
         return None
-    return int(named.group(1)), root / named.group(0)
+    return step, root / step_dir_name(step)
 
 
 def find_latest(output_dir: Path, refused: Callable[[str], None] | None = None) -> ResumePoint:
@@ -254,9 +260,8 @@ def find_latest(output_dir: Path, refused: Callable[[str], None] | None = None) 
             f"--resume: no finished checkpoint under {root}; run without --resume first, or "
             "pass the --output-dir of a run that saved one"
         )
-    pointer = root / LATEST
-    named = _STEP_DIR.fullmatch(pointer.read_text().strip()) if pointer.is_file() else None
-    newest = int(named.group(1)) if named else steps[0][0]
+    named = _named_by_latest(root)
+    newest = named if named is not None else steps[0][0]
     for step, path in steps:
         if step > newest:  # a longer earlier run's, not this run's
             continue

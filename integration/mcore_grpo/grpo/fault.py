@@ -82,6 +82,11 @@ def classify(ray: Any, ref: Any, place: WorkerPlace) -> RankFault | None:
         return RankFault(place, cause, text)
 
 
+def _cause_known(faults: Sequence[RankFault]) -> bool:
+    """Whether a fault that is itself a cause (not silence, not a consequence) is among them."""
+    return any(f.cause <= Cause.RAISED for f in faults)
+
+
 def settle_unreachable(ray: Any, faults: list[RankFault], deadline: float) -> list[RankFault]:
     """Unreachable ranks become NODE_LOST once Ray declares their node dead (until
     `deadline`); a rank still reachable-less then stays NO_ANSWER."""
@@ -131,13 +136,12 @@ def gather(
             if first_fault_at is None:
                 first_fault_at = now
                 deadline = now + fault_wait_s
-        if faults and min(f.cause for f in faults) <= Cause.RAISED:
-            break  # a cause is known; the rest are consequences
+        if _cause_known(faults):
+            break  # the rest are consequences
     if not faults and not pending:
         return []
-    cause_known = bool(faults) and min(f.cause for f in faults) <= Cause.RAISED
     faults += [RankFault(places[rank_of[ref]], Cause.NO_ANSWER, "no answer") for ref in pending]
-    if not cause_known:  # the silent ranks' nodes may yet be declared dead
+    if not _cause_known(faults):  # the silent ranks' nodes may yet be declared dead
         wait_until = (first_fault_at or time.monotonic()) + fault_wait_s
         faults = settle_unreachable(ray, faults, wait_until)
     return sorted(faults, key=lambda f: (f.cause, f.place.rank))

@@ -110,10 +110,10 @@ def strategy_for(group: Any, bundle: int) -> Any:
     )
 
 
-def free_port(host: str = "") -> int:
-    """An unused TCP port on this host (all interfaces unless `host`)."""
+def free_port() -> int:
+    """An unused TCP port on this host (on all its interfaces)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
+        s.bind(("", 0))
         return int(s.getsockname()[1])
 
 

@@ -87,14 +87,13 @@ class PolicyRank:
         self.sampling = sampling_params(config, tokens)
 
     def ready(self) -> WorkerPlace:
-        """Where this rank runs; the runner's wait for construction."""
+        """Where this rank's Ray actor runs; the runner's wait for construction."""
         import ray
 
-        in_ray = ray.is_initialized()
         return WorkerPlace(
             rank=self.rank,
-            node_id=ray.get_runtime_context().get_node_id() if in_ray else "local",
-            node_ip=ray.util.get_node_ip_address() if in_ray else "127.0.0.1",
+            node_id=ray.get_runtime_context().get_node_id(),
+            node_ip=ray.util.get_node_ip_address(),
             pid=os.getpid(),
         )
 
