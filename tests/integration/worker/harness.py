@@ -8,6 +8,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -25,7 +26,7 @@ from mcore_grpo.worker.model import build_gpt
 from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 from mcore_grpo.worker.reference import _load_in_place
 
-from tests.support.device import TEST_DEVICE
+from tests.support.device import MULTI_RANK_CPU, TEST_DEVICE
 
 VOCAB = 64
 SEQ = 10
@@ -207,7 +208,12 @@ def spawn2(fn: Callable[[], Any], port: int) -> dict[int, Any]:
 
 
 def spawn_ranks(fn: Callable[[], Any], port: int, world: int) -> dict[int, Any]:
-    """Run `fn` on `world` gloo ranks (one spawn); results by rank; a rank's traceback raises."""
+    """Run `fn` on `world` gloo ranks (one spawn); results by rank; a rank's traceback raises.
+
+    The ranks build CPU workers, so on a CUDA machine the calling test is skipped with the
+    reason (a test that spawns is CPU-only by nature, marked or not)."""
+    if torch.cuda.is_available():
+        pytest.skip(f"CPU-only by nature: {MULTI_RANK_CPU}")
     ctx = mp.get_context("spawn")
     out = ctx.SimpleQueue()
     procs = [ctx.Process(target=_child, args=(r, world, port, fn, out)) for r in range(world)]

@@ -23,6 +23,7 @@ from mcore_grpo.worker.generation import (
 )
 
 from tests.integration.worker.harness import VOCAB, make_worker, prompts, tiny_config
+from tests.support.device import TEST_DEVICE
 
 REAL = VOCAB - 8
 GREEDY = 1e-4  # temperature: softmax of logits / 1e-4 is one-hot on the argmax
@@ -49,7 +50,7 @@ def _run(
     **params: object,
 ) -> GenerationOutput:
     sp = SamplingParams(backend=backend, **params)  # type: ignore[arg-type]
-    with cpu_device("cpu"):
+    with cpu_device(TEST_DEVICE):
         return generate(model, ids, mask, sp, REAL, torch.Generator().manual_seed(seed))
 
 
@@ -58,7 +59,7 @@ def _fresh_logprobs(
 ) -> torch.Tensor:
     """[B, S-1] logprob of output_ids[:, 1:] from one full forward, real vocab, tempered."""
     ids = out.output_ids
-    with cpu_device("cpu"), torch.no_grad():
+    with cpu_device(TEST_DEVICE), torch.no_grad():
         logits = policy_logits(model, ids, out.attention_mask)[..., :REAL] / temperature
     return torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
 

@@ -1,12 +1,14 @@
 """A Hugging Face checkpoint into the worker's model and back out, through Megatron-Bridge,
-on the CPU.
+on the CPU and, where CUDA is available, on the GPU.
 
 The oracle is `transformers` itself: the Megatron model Bridge builds from a tiny random
 Qwen2/Qwen3 checkpoint (local layer spec, no Transformer Engine) gives the same logits as the
 `transformers` model loaded from the same files, fp32, at TP=1 and TP=2 (gloo); and a model
 whose weights changed after the import (as training changes them) exported by
 `worker.hf_export` loads in `transformers` with the changed model's logits, its tokenizer
-beside it. Bad input is refused in one line naming the fix.
+beside it. The TP/EP layouts run in spawned gloo ranks on the CPU; on a CUDA machine the same
+checks run at TP=1 in-process on the GPU (NCCL world of 1). Bad input is refused in one line
+naming the fix.
 """
 
 from __future__ import annotations
@@ -22,19 +24,22 @@ from mcore_grpo.worker.config import ModelConfig, ParallelConfig, WorkerConfig
 from mcore_grpo.worker.tiny_hf_checkpoint import ARCHS, write_tiny_checkpoint
 
 from tests.integration.worker.harness import spawn_ranks
+from tests.support.device import MULTI_RANK_CPU, TEST_DEVICE
 from tests.support.ports import free_port
 
 TOLERANCE = 1e-4  # issue 23: fp32, max abs difference
 
 
-def _tokens() -> torch.Tensor:
-    return torch.randint(0, 256, (2, 12), generator=torch.Generator().manual_seed(1))
+def _tokens(device: str = "cpu") -> torch.Tensor:
+    return torch.randint(0, 256, (2, 12), generator=torch.Generator().manual_seed(1)).to(device)
 
 
 @contextlib.contextmanager
-def _hf_model(checkpoint: str, tp: int, ep: int) -> Iterator[tuple[WorkerConfig, torch.nn.Module]]:
+def _hf_model(
+    checkpoint: str, tp: int, ep: int, device: str = "cpu"
+) -> Iterator[tuple[WorkerConfig, torch.nn.Module]]:
     """One rank: parallel state at `tp` x `ep` and the model Bridge builds from `checkpoint`
-    (CPU redirects and no_grad active in the block)."""
+    on `device` (CPU redirects, where needed, and no_grad active in the block)."""
     from mcore_grpo.worker.cpu import cpu_device, model_parallel_seed
     from mcore_grpo.worker.model import build_gpt
     from megatron.core import parallel_state
@@ -43,9 +48,9 @@ def _hf_model(checkpoint: str, tp: int, ep: int) -> Iterator[tuple[WorkerConfig,
         tensor_model_parallel_size=tp, expert_model_parallel_size=ep, expert_tensor_parallel_size=1
     )
     try:
-        model_parallel_seed(0, "cpu")
+        model_parallel_seed(0, device)
         config = WorkerConfig(
-            device="cpu",
+            device=device,
             model=ModelConfig(hf_checkpoint=checkpoint),
             parallel=ParallelConfig(
                 tensor_model_parallel_size=tp,
@@ -53,35 +58,45 @@ def _hf_model(checkpoint: str, tp: int, ep: int) -> Iterator[tuple[WorkerConfig,
                 expert_tensor_parallel_size=1,
             ),
         )
-        with cpu_device("cpu"), torch.no_grad():
+        with cpu_device(device), torch.no_grad():
             yield config, build_gpt(config)[1]
     finally:
         parallel_state.destroy_model_parallel()
 
 
-def _logits(gpt: torch.nn.Module) -> torch.Tensor:
+def _logits(gpt: torch.nn.Module, device: str = "cpu") -> torch.Tensor:
     from mcore_grpo.worker.forward import policy_logits
 
-    tokens = _tokens()
-    return policy_logits(gpt, tokens, torch.ones_like(tokens, dtype=torch.bool))
+    tokens = _tokens(device)
+    return policy_logits(gpt, tokens, torch.ones_like(tokens, dtype=torch.bool)).cpu()
 
 
-def _megatron_logits(checkpoint: str, tp: int, ep: int = 1) -> torch.Tensor:
+def _transformers_logits(checkpoint: Path | str, device: str = "cpu") -> torch.Tensor:
+    from transformers import AutoModelForCausalLM
+
+    with torch.no_grad():
+        model = AutoModelForCausalLM.from_pretrained(checkpoint).float().to(device)
+        return model(_tokens(device)).logits.cpu()
+
+
+def _megatron_logits(checkpoint: str, tp: int, ep: int = 1, device: str = "cpu") -> torch.Tensor:
     """One rank: the model from `checkpoint` at `tp` x `ep`, its gathered logits."""
-    with _hf_model(checkpoint, tp, ep) as (_, gpt):
+    with _hf_model(checkpoint, tp, ep, device) as (_, gpt):
         # Inference: megatron-core refuses an MoE layer at TP > 1 without sequence
         # parallelism in training mode only.
         gpt.eval()
-        return _logits(gpt)
+        return _logits(gpt, device)
 
 
-def _export_changed_model(checkpoint: str, out: str, tp: int, ep: int = 1) -> torch.Tensor:
+def _export_changed_model(
+    checkpoint: str, out: str, tp: int, ep: int = 1, device: str = "cpu"
+) -> torch.Tensor:
     """One rank: the model from `checkpoint` at `tp` x `ep`, every weight moved (each TP shard
     by its own amount), exported to `out`; this rank's logits after."""
     from mcore_grpo.worker.hf_export import export_hf
     from megatron.core import parallel_state
 
-    with _hf_model(checkpoint, tp, ep) as (config, gpt):
+    with _hf_model(checkpoint, tp, ep, device) as (config, gpt):
         # A TP shard moves by its own amount; a replicated weight (norms, row-parallel bias)
         # moves alike on every rank, as training keeps the copies equal.
         shard_moves = torch.Generator().manual_seed(
@@ -91,8 +106,8 @@ def _export_changed_model(checkpoint: str, out: str, tp: int, ep: int = 1) -> to
         for param in gpt.parameters():
             sharded = getattr(param, "tensor_model_parallel", False)
             moves = shard_moves if sharded else replica_moves
-            param.add_(0.05 * torch.randn(param.shape, generator=moves))
-        logits = _logits(gpt)
+            param.add_(0.05 * torch.randn(param.shape, generator=moves).to(param.device))
+        logits = _logits(gpt, device)
         export_hf(config, gpt, Path(out))
     return logits
 
@@ -104,14 +119,12 @@ LAYOUTS = [(arch, tp, 1) for arch in ARCHS for tp in ((1, 3) if arch == "llama" 
 ]
 
 
+@pytest.mark.cpu_only(reason=MULTI_RANK_CPU)
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize(("arch", "tp", "ep"), LAYOUTS)
 def test_megatron_logits_equal_transformers(tmp_path: Path, arch: str, tp: int, ep: int) -> None:
-    from transformers import AutoModelForCausalLM
-
     checkpoint = write_tiny_checkpoint(tmp_path / arch, arch)  # type: ignore[arg-type]
-    with torch.no_grad():
-        expected = AutoModelForCausalLM.from_pretrained(checkpoint).float()(_tokens()).logits
+    expected = _transformers_logits(checkpoint)
     by_rank = spawn_ranks(
         functools.partial(_megatron_logits, str(checkpoint), tp, ep), free_port(), world=tp * ep
     )
@@ -124,11 +137,12 @@ def test_megatron_logits_equal_transformers(tmp_path: Path, arch: str, tp: int, 
 def test_a_directory_that_is_not_an_hf_checkpoint_is_refused_naming_the_fix(tmp_path: Path) -> None:
     from mcore_grpo.worker.model import build_gpt
 
-    config = WorkerConfig(device="cpu", model=ModelConfig(hf_checkpoint=str(tmp_path)))
+    config = WorkerConfig(device=TEST_DEVICE, model=ModelConfig(hf_checkpoint=str(tmp_path)))
     with pytest.raises(ValueError, match=r"is not a Hugging Face checkpoint \(no config.json\)"):
         build_gpt(config)
 
 
+@pytest.mark.cpu_only(reason=MULTI_RANK_CPU)
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize(
     ("arch", "tp", "ep"),
@@ -171,7 +185,7 @@ def test_an_architecture_bridge_cannot_map_is_refused_naming_the_supported_ones(
     from mcore_grpo.worker.model import build_gpt
 
     (tmp_path / "config.json").write_text('{"architectures": ["GPT2LMHeadModel"]}')
-    config = WorkerConfig(device="cpu", model=ModelConfig(hf_checkpoint=str(tmp_path)))
+    config = WorkerConfig(device=TEST_DEVICE, model=ModelConfig(hf_checkpoint=str(tmp_path)))
     with pytest.raises(
         ValueError, match=r"GPT2LMHeadModel has no Megatron-Bridge mapping.*Qwen2ForCausalLM"
     ):
@@ -185,9 +199,32 @@ def test_a_tp_size_not_dividing_the_heads_is_refused_naming_the_sizes_that_fit(
 
     checkpoint = write_tiny_checkpoint(tmp_path / "qwen3", "qwen3")  # 4 heads, 2 kv heads
     config = WorkerConfig(
-        device="cpu",
+        device=TEST_DEVICE,
         model=ModelConfig(hf_checkpoint=str(checkpoint)),
         parallel=ParallelConfig(tensor_model_parallel_size=4),
     )
     with pytest.raises(ValueError, match=r"tensor_model_parallel_size 4 does not divide.*\[1, 2\]"):
         build_gpt(config)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("arch", ARCHS)
+def test_on_cuda_logits_equal_transformers_and_the_changed_model_exports(
+    tmp_path: Path, world1: None, arch: str
+) -> None:
+    """The import and the export on the GPU, in-process at TP=1 (one GPU, NCCL world of 1):
+    Bridge's model on `cuda` gives transformers' logits (fp32, transformers on the GPU too), and
+    a changed model exported from GPU memory loads in transformers with its logits."""
+    checkpoint = write_tiny_checkpoint(tmp_path / arch, arch)  # type: ignore[arg-type]
+    expected = _transformers_logits(checkpoint, "cuda")
+    logits = _megatron_logits(str(checkpoint), 1, 1, "cuda")
+    diff = (logits[..., : expected.shape[-1]] - expected).abs().max().item()
+    print(f"{arch} on cuda: max |megatron - transformers| = {diff:.2e}")
+    assert diff <= TOLERANCE, f"{arch} on cuda: {diff:.2e}"
+
+    changed = _export_changed_model(str(checkpoint), str(tmp_path / "out"), 1, 1, "cuda")
+    exported = _transformers_logits(tmp_path / "out", "cuda")
+    assert (exported - expected).abs().max().item() > 0.1  # the export holds the changed weights
+    diff = (changed[..., : exported.shape[-1]] - exported).abs().max().item()
+    print(f"export {arch} on cuda: max |megatron - exported transformers| = {diff:.2e}")
+    assert diff <= TOLERANCE, f"export {arch} on cuda: {diff:.2e}"

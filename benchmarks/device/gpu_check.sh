@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The GPU checks, run ON the lent machine (the `device` tool) from the repository root over the
+# bundle that benchmarks/device/bundle.sh made, e.g.
+#   run(command="bash benchmarks/device/gpu_check.sh", carry=[".device"], timeout_s=560)
+# Stages, each bounded so the whole fits one call and each writes its own log under $OUT:
+#   1. pytest: the in-process worker tests on `cuda` (NCCL world of 1) and the `gpu` tests;
+#   2. bench_gpu.py: the worker's train step / logprobs / generate at Qwen2.5-1.5B's shape,
+#      each beside megatron-core's own way, as ratios;
+#   3. the gpu-smoke preset: `mcore-grpo --preset gpu-smoke --in-process`, 30 GRPO steps.
+# summary.txt has one line per stage (exit status, seconds). Stage limits in seconds can be
+# changed with PYTEST_S / BENCH_S / SMOKE_S.
+set -uo pipefail
+OUT=${OUT:-/tmp/gpu-check-out}
+mkdir -p "$OUT"
+work=/tmp/mcore-device
+rm -rf "$work" && mkdir -p "$work/src" "$work/site"
+tar xzf .device/src.tar.gz -C "$work/src" || { echo "no .device/src.tar.gz: carry .device" >&2; exit 2; }
+if compgen -G ".device/whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$work/site" \
+    .device/whl/*.whl || exit 2
+fi
+export PYTHONPATH="$PWD:$PWD/integration:$work/src:$work/site"
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+
+{
+  date -u +%FT%TZ
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  python3 -c 'import torch, transformers, megatron.core as m; print("python", __import__("sys").version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__, "megatron-core", m.__version__)'
+  cat "$work/src/PINS"
+  git log -1 --format='mcore-rl-stack %H %s' 2>/dev/null || true
+} >"$OUT/summary.txt" 2>&1
+
+stage() {
+  local name=$1 limit=$2 start rc
+  shift 2
+  start=$(date +%s)
+  timeout -s INT -k 15 "$limit" "$@" >"$OUT/$name.log" 2>&1
+  rc=$?
+  echo "stage $name: exit $rc in $(($(date +%s) - start)) s (limit $limit s)" | tee -a "$OUT/summary.txt"
+}
+
+stage pytest "${PYTEST_S:-240}" python3 -m pytest -p no:cacheprovider -q -m "not slow" \
+  --timeout 150 --durations 15 --junitxml="$OUT/junit.xml" \
+  tests/integration/worker tests/integration/grpo/test_loss.py \
+  tests/integration/grpo/test_gpu_smoke_preset.py tests/integration/test_seed_crash.py \
+  tests/patches/megatron_lm/test_ddp_forward_pre_hook.py tests/benchmarks
+tail -n 40 "$OUT/pytest.log" | grep -E "passed|failed|error|FAILED|ERROR" >>"$OUT/summary.txt"
+
+stage bench "${BENCH_S:-120}" python3 benchmarks/bench_gpu.py --repeat 3
+
+stage smoke "${SMOKE_S:-150}" python3 -m mcore_grpo.cli --preset gpu-smoke --in-process \
+  --output-dir "$work/gpu-smoke"
+cp "$work/gpu-smoke/metrics.jsonl" "$OUT/smoke-metrics.jsonl" 2>/dev/null
+nvidia-smi --query-gpu=memory.used --format=csv,noheader >>"$OUT/summary.txt" 2>&1
+cat "$OUT/summary.txt"
