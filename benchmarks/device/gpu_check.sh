@@ -7,8 +7,9 @@
 #   2. bench_gpu.py: the worker's train step / logprobs / generate at Qwen2.5-1.5B's shape,
 #      each beside megatron-core's own way, as ratios;
 #   3. the gpu-smoke preset: `mcore-grpo --preset gpu-smoke --in-process`, 30 GRPO steps.
-# summary.txt has one line per stage (exit status, seconds). Stage limits in seconds can be
-# changed with PYTEST_S / BENCH_S / SMOKE_S.
+# summary.txt has one line per stage (exit status, seconds). STAGES picks stages (default
+# "pytest bench smoke"); PYTEST_S / BENCH_S / SMOKE_S bound them in seconds; SMOKE_ARGS adds
+# config overrides to the smoke run (e.g. "policy.megatron_cfg.optimizer.lr=3e-6").
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-check-out}
 mkdir -p "$OUT"
@@ -30,9 +31,11 @@ export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
   git log -1 --format='mcore-rl-stack %H %s' 2>/dev/null || true
 } >"$OUT/summary.txt" 2>&1
 
+STAGES=${STAGES:-pytest bench smoke}
 stage() {
   local name=$1 limit=$2 start rc
   shift 2
+  [[ " $STAGES " == *" $name "* ]] || return 0
   start=$(date +%s)
   timeout -s INT -k 15 "$limit" "$@" >"$OUT/$name.log" 2>&1
   rc=$?
@@ -44,12 +47,13 @@ stage pytest "${PYTEST_S:-240}" python3 -m pytest -p no:cacheprovider -q -m "not
   tests/integration/worker tests/integration/grpo/test_loss.py \
   tests/integration/grpo/test_gpu_smoke_preset.py tests/integration/test_seed_crash.py \
   tests/patches/megatron_lm/test_ddp_forward_pre_hook.py tests/benchmarks
-tail -n 40 "$OUT/pytest.log" | grep -E "passed|failed|error|FAILED|ERROR" >>"$OUT/summary.txt"
+[[ -f $OUT/pytest.log ]] && tail -n 40 "$OUT/pytest.log" | grep -E "passed|failed|error|FAILED|ERROR" >>"$OUT/summary.txt"
 
 stage bench "${BENCH_S:-120}" python3 benchmarks/bench_gpu.py --repeat 3
 
+# shellcheck disable=SC2086  # SMOKE_ARGS: words on purpose
 stage smoke "${SMOKE_S:-150}" python3 -m mcore_grpo.cli --preset gpu-smoke --in-process \
-  --output-dir "$work/gpu-smoke"
+  --output-dir "$work/gpu-smoke" ${SMOKE_ARGS:-}
 cp "$work/gpu-smoke/metrics.jsonl" "$OUT/smoke-metrics.jsonl" 2>/dev/null
 nvidia-smi --query-gpu=memory.used --format=csv,noheader >>"$OUT/summary.txt" 2>&1
 cat "$OUT/summary.txt"

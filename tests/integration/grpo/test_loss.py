@@ -22,6 +22,7 @@ def test_batch_from_get_logprobs_is_on_policy(world1: None) -> None:
     batch = {k: v for k, v in global_batch(rows=4).items() if k != "prev_logprobs"}
     batch["prev_logprobs"] = worker.get_logprobs(batch)
     assert batch["prev_logprobs"].shape == (4, SEQ)
+    batch = {k: v.to(worker.config.torch_device) for k, v in batch.items()}
     with cpu_device(TEST_DEVICE), torch.no_grad():
         logits = policy_logits(worker.policy.ddp, batch["input_ids"], batch["attention_mask"])
         logprobs = next_token_logprobs(logits, batch["input_ids"], worker.config.model.vocab_size)

@@ -66,6 +66,11 @@ def tiny_config(
     )
 
 
+def seeded(seed: int) -> torch.Generator:
+    """A seeded sampling generator on the test device (the worker refuses one on another)."""
+    return torch.Generator(device=TEST_DEVICE).manual_seed(seed)
+
+
 def global_batch(rows: int = 8, seed: int = 0) -> dict[str, torch.Tensor]:
     """Right-padded sequences with UNEVEN valid-token counts, a masked-out sample, advantages
     and off-policy old logprobs (so the clipped ratio matters)."""
@@ -154,6 +159,7 @@ def reference_loss(
     """Plain PyTorch: the loss of the WHOLE global batch at the `initial` weights, divided by
     `independent_count` (what one optimizer step's `global_loss` must report on every rank)."""
     cfg = worker.config
+    batch = {k: v.to(cfg.torch_device) for k, v in batch.items()}
     with cpu_device(cfg.device), torch.no_grad():
         _, ref = build_gpt(cfg)
         _load_in_place(ref, initial)

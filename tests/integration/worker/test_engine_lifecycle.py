@@ -8,7 +8,6 @@ suspended, and its step is a collective, as a real engine step is. Times are
 from __future__ import annotations
 
 import pytest
-import torch
 from mcore_grpo.worker.engine_lifecycle import EngineState
 from mcore_grpo.worker.generation import SamplingParams
 
@@ -21,7 +20,7 @@ from tests.integration.worker.engine_ranks import (
     suspend_while_peer_steps,
     synchronized_resume,
 )
-from tests.integration.worker.harness import make_worker, prompts, spawn2, tiny_config
+from tests.integration.worker.harness import make_worker, prompts, seeded, spawn2, tiny_config
 from tests.support.device import MULTI_RANK_CPU
 from tests.support.ports import free_port
 
@@ -76,7 +75,7 @@ def test_worker_resumes_for_generation_and_suspends_on_leaving_it(world1: None) 
     worker.prepare_for_generation()
     assert lifecycle.state is EngineState.SERVING and not engine.suspended
     ids, mask = prompts(rows=2)
-    worker.generate(ids, mask, SamplingParams(max_new_tokens=2), torch.Generator().manual_seed(0))
+    worker.generate(ids, mask, SamplingParams(max_new_tokens=2), seeded(0))
     worker.finish_generation()
     assert lifecycle.state is EngineState.SUSPENDED and engine.suspended
     for leave in (worker.prepare_for_training, worker.offload_before_refit):

@@ -15,7 +15,14 @@ from mcore_grpo.worker.generation import SamplingParams
 from mcore_grpo.worker.model import sync_params
 from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 
-from tests.integration.worker.harness import VOCAB, global_batch, make_worker, prompts, tiny_config
+from tests.integration.worker.harness import (
+    VOCAB,
+    global_batch,
+    make_worker,
+    prompts,
+    seeded,
+    tiny_config,
+)
 from tests.support.device import TEST_DEVICE
 
 REAL = VOCAB - 8
@@ -53,7 +60,7 @@ def worker(world1: None) -> MegatronPolicyWorker:
 def test_padded_vocab_never_sampled_and_logprobs_match_policy(worker: MegatronPolicyWorker) -> None:
     ids, mask = prompts(rows=4, length=5, vocab=REAL)
     out = worker.generate(
-        ids, mask, SamplingParams(max_new_tokens=4), torch.Generator().manual_seed(1)
+        ids, mask, SamplingParams(max_new_tokens=4), seeded(1)
     )
     sel = out.generated_mask.bool()
     assert int(sel.sum()) == 16 and int(out.output_ids[sel].max()) < REAL
@@ -64,7 +71,7 @@ def test_padded_vocab_never_sampled_and_logprobs_match_policy(worker: MegatronPo
 def test_left_padding_is_invisible(worker: MegatronPolicyWorker) -> None:
     ids, mask = prompts(rows=4, length=5, vocab=REAL)
     padded = worker.generate(
-        ids, mask, SamplingParams(max_new_tokens=3), torch.Generator().manual_seed(7)
+        ids, mask, SamplingParams(max_new_tokens=3), seeded(7)
     )
     for row in range(4):
         keep = mask[row].bool()
@@ -77,14 +84,14 @@ def test_left_padding_is_invisible(worker: MegatronPolicyWorker) -> None:
 def test_stop_tokens_end_rows(worker: MegatronPolicyWorker) -> None:
     ids, mask = prompts(rows=4, length=5, vocab=REAL)
     first = worker.generate(
-        ids, mask, SamplingParams(max_new_tokens=1), torch.Generator().manual_seed(5)
+        ids, mask, SamplingParams(max_new_tokens=1), seeded(5)
     )
     stop = int(first.output_ids[0, -1])
     out = worker.generate(
         ids,
         mask,
         SamplingParams(max_new_tokens=6, stop_token_ids=(stop,)),
-        torch.Generator().manual_seed(5),
+        seeded(5),
     )
     assert int(out.generation_lengths[0]) == 1  # row 0 sampled the stop token first
     assert torch.all(out.generated_mask[0, 6:] == 0) and torch.all(out.logprobs[0, 6:] == 0)
@@ -103,7 +110,7 @@ def test_logprob_forward_matches_the_sampler_over_padded_vocab(
     as the sampler: the trained distribution is the sampled one (temperature 1)."""
     ids, mask = prompts(rows=4, length=5, vocab=REAL)
     out = worker.generate(
-        ids, mask, SamplingParams(max_new_tokens=4), torch.Generator().manual_seed(11)
+        ids, mask, SamplingParams(max_new_tokens=4), seeded(11)
     )
     worker.finish_generation()
     try:
@@ -159,7 +166,7 @@ def test_logprob_and_training_forwards_score_at_the_sampling_temperature(world1:
         ids,
         mask,
         SamplingParams(temperature=0.5, max_new_tokens=4),
-        torch.Generator().manual_seed(3),
+        seeded(3),
     )
     w.finish_generation()
     batch = {"input_ids": out.output_ids, "attention_mask": out.attention_mask}
@@ -206,12 +213,12 @@ def test_a_groups_samples_do_not_depend_on_the_groups_batched_with_it(
         torch.cat([first, second]),
         torch.cat([torch.ones_like(first), second_mask]),
         params,
-        GroupGenerators((torch.Generator().manual_seed(11), torch.Generator().manual_seed(12)), 3),
+        GroupGenerators((seeded(11), seeded(12)), 3),
     )
     alone = [
-        worker.generate(first, torch.ones_like(first), params, torch.Generator().manual_seed(11)),
+        worker.generate(first, torch.ones_like(first), params, seeded(11)),
         worker.generate(
-            second[:, 2:], torch.ones_like(second[:, 2:]), params, torch.Generator().manual_seed(12)
+            second[:, 2:], torch.ones_like(second[:, 2:]), params, seeded(12)
         ),
     ]
     assert torch.equal(both.output_ids[:3, 5:], alone[0].output_ids[:, 5:])
@@ -222,5 +229,5 @@ def test_a_groups_samples_do_not_depend_on_the_groups_batched_with_it(
             torch.cat([first, first]),
             torch.ones(6, 5, dtype=torch.long),
             params,
-            GroupGenerators((torch.Generator().manual_seed(1),), 3),
+            GroupGenerators((seeded(1),), 3),
         )

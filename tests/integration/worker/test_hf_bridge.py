@@ -44,6 +44,8 @@ def _hf_model(
     from mcore_grpo.worker.model import build_gpt
     from megatron.core import parallel_state
 
+    if parallel_state.model_parallel_is_initialized():  # in-process: a test before left it
+        parallel_state.destroy_model_parallel()
     parallel_state.initialize_model_parallel(
         tensor_model_parallel_size=tp, expert_model_parallel_size=ep, expert_tensor_parallel_size=1
     )

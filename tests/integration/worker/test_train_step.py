@@ -61,7 +61,7 @@ def _parity(level: LossLevel, overlap: bool, k: int) -> dict[str, float]:
             sync_params(worker.policy)
         out[f"{mode}_param_diff"] = param_diff(worker, ref_params)
         out[f"{mode}_moved"] = max(
-            (p.detach() - initial[n]).abs().max().item()
+            (p.detach() - initial[n].to(p.device)).abs().max().item()
             for n, p in worker.policy.gpt.named_parameters()
         )
         out[f"{mode}_global_valid"] = metrics["global_valid"]
