@@ -33,9 +33,7 @@ def test_generation_cudagraphs_then_reference_logprobs_then_train(world1: None) 
     ]
     assert layers_with_manager, "the generation phase must attach cudagraph_manager submodules"
     ids, mask = prompts()
-    out = worker.generate(
-        ids, mask, SamplingParams(max_new_tokens=3), seeded(0)
-    )
+    out = worker.generate(ids, mask, SamplingParams(max_new_tokens=3), seeded(0))
     assert out.output_ids.shape[1] == ids.shape[1] + 3
     worker.finish_generation()
     assert not any(hasattr(m, "cudagraph_manager") for m in worker.policy.gpt.modules())

@@ -59,9 +59,7 @@ def worker(world1: None) -> MegatronPolicyWorker:
 
 def test_padded_vocab_never_sampled_and_logprobs_match_policy(worker: MegatronPolicyWorker) -> None:
     ids, mask = prompts(rows=4, length=5, vocab=REAL)
-    out = worker.generate(
-        ids, mask, SamplingParams(max_new_tokens=4), seeded(1)
-    )
+    out = worker.generate(ids, mask, SamplingParams(max_new_tokens=4), seeded(1))
     sel = out.generated_mask.bool()
     assert int(sel.sum()) == 16 and int(out.output_ids[sel].max()) < REAL
     expected = real_vocab_logprobs(worker, out.output_ids, out.attention_mask)
@@ -70,9 +68,7 @@ def test_padded_vocab_never_sampled_and_logprobs_match_policy(worker: MegatronPo
 
 def test_left_padding_is_invisible(worker: MegatronPolicyWorker) -> None:
     ids, mask = prompts(rows=4, length=5, vocab=REAL)
-    padded = worker.generate(
-        ids, mask, SamplingParams(max_new_tokens=3), seeded(7)
-    )
+    padded = worker.generate(ids, mask, SamplingParams(max_new_tokens=3), seeded(7))
     for row in range(4):
         keep = mask[row].bool()
         seq = torch.cat([ids[row, keep], padded.output_ids[row, 5:]])[None, :]
@@ -83,9 +79,7 @@ def test_left_padding_is_invisible(worker: MegatronPolicyWorker) -> None:
 
 def test_stop_tokens_end_rows(worker: MegatronPolicyWorker) -> None:
     ids, mask = prompts(rows=4, length=5, vocab=REAL)
-    first = worker.generate(
-        ids, mask, SamplingParams(max_new_tokens=1), seeded(5)
-    )
+    first = worker.generate(ids, mask, SamplingParams(max_new_tokens=1), seeded(5))
     stop = int(first.output_ids[0, -1])
     out = worker.generate(
         ids,
@@ -109,9 +103,7 @@ def test_logprob_forward_matches_the_sampler_over_padded_vocab(
     """get_logprobs (the forward the loss trains through) normalises over the same real ids
     as the sampler: the trained distribution is the sampled one (temperature 1)."""
     ids, mask = prompts(rows=4, length=5, vocab=REAL)
-    out = worker.generate(
-        ids, mask, SamplingParams(max_new_tokens=4), seeded(11)
-    )
+    out = worker.generate(ids, mask, SamplingParams(max_new_tokens=4), seeded(11))
     worker.finish_generation()
     try:
         lp = worker.get_logprobs(
@@ -217,9 +209,7 @@ def test_a_groups_samples_do_not_depend_on_the_groups_batched_with_it(
     )
     alone = [
         worker.generate(first, torch.ones_like(first), params, seeded(11)),
-        worker.generate(
-            second[:, 2:], torch.ones_like(second[:, 2:]), params, seeded(12)
-        ),
+        worker.generate(second[:, 2:], torch.ones_like(second[:, 2:]), params, seeded(12)),
     ]
     assert torch.equal(both.output_ids[:3, 5:], alone[0].output_ids[:, 5:])
     assert torch.equal(both.output_ids[3:, 5:], alone[1].output_ids[:, 3:])
