@@ -212,13 +212,20 @@ def model_parallel_seed(seed: int, device: str = "cpu") -> None:
     `tensor_parallel.model_parallel_cuda_manual_seed` with the default tracker snapshots CUDA
     RNG states (core_v0.16.1 megatron/core/tensor_parallel/random.py:_get_cuda_rng_state), which
     fails without CUDA; `inference_rng_tracker=True` selects the tracker that keeps no CUDA
-    state (random.py `initialize_rng_tracker`). The CPU generator is seeded too because
-    `torch.cuda.manual_seed` is a silent no-op without CUDA and CPU initialisation draws from it.
+    state (random.py `initialize_rng_tracker`).
+
+    The CPU generator is seeded on every device, as megatron-core's own `_set_random_seed`
+    does (megatron/training/initialize.py): `model_parallel_cuda_manual_seed` seeds only CUDA,
+    yet some weights are allocated and initialised on the CPU even on a GPU: the MoE router's
+    (megatron/core/transformer/moe/router.py `Router.__init__`/`reset_parameters`) and the
+    learned position embeddings (models/common/embeddings/language_model_embedding.py, a plain
+    `torch.nn.Embedding`). Without this, two workers of one seed (or two DP ranks) started from
+    different weights on CUDA; seen on an H200, where it failed four tests.
     """
     from megatron.core import tensor_parallel
 
+    torch.manual_seed(seed)
     if device == "cpu":
-        torch.manual_seed(seed)
         tensor_parallel.model_parallel_cuda_manual_seed(seed, inference_rng_tracker=True)
     else:
         tensor_parallel.model_parallel_cuda_manual_seed(seed)

@@ -7,8 +7,9 @@ import dataclasses
 import itertools
 
 import pytest
+import torch
 from mcore_grpo.worker.config import MoEConfig, ParallelConfig
-from mcore_grpo.worker.cpu import cpu_device
+from mcore_grpo.worker.cpu import cpu_device, model_parallel_seed
 from mcore_grpo.worker.model import sync_params
 
 from tests.integration.worker.ep_parity import moe_config
@@ -33,9 +34,11 @@ def _worker(moe: MoEConfig | None = None):
 
 def test_split_step_equals_one_shot_with_experts(world1: None) -> None:
     batch = global_batch(rows=8)
+    initial: dict[str, dict[str, torch.Tensor]] = {}
     results = {}
     for mode in ("split", "oneshot"):
         worker = _worker()
+        initial[mode] = {n: p.detach().clone() for n, p in worker.policy.gpt.named_parameters()}
         worker.prepare_for_training()
         if mode == "split":
             worker.begin_train_step()
@@ -50,11 +53,32 @@ def test_split_step_equals_one_shot_with_experts(world1: None) -> None:
             sync_params(worker.policy)
         params = {n: p.detach().clone() for n, p in worker.policy.gpt.named_parameters()}
         results[mode] = (metrics, params)
+    # One seed, one start: else a difference below would be the init's, not the step's.
+    for name, p in initial["oneshot"].items():
+        assert torch.equal(initial["split"][name], p), f"{name} initialised differently"
     (split, split_params), (oneshot, oneshot_params) = results["split"], results["oneshot"]
     assert max((split_params[n] - p).abs().max().item() for n, p in oneshot_params.items()) < 1e-6
     assert split["moe/tokens_per_expert"] == oneshot["moe/tokens_per_expert"]
     for key in ("moe/load_balancing_loss", "moe/z_loss"):
         assert split[key] == pytest.approx(oneshot[key], rel=1e-6)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_the_worker_seed_fixes_the_cpu_drawn_router_init(
+    device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """megatron-core draws the router's initial weight from the CPU generator even on a GPU
+    (moe/router.py `Router.reset_parameters`), so the worker's seed must reach that generator
+    on both devices; megatron-core's CUDA seeding is stubbed so this runs without a GPU."""
+    from megatron.core import tensor_parallel
+
+    monkeypatch.setattr(tensor_parallel, "model_parallel_cuda_manual_seed", lambda *a, **k: None)
+    draws = []
+    for _ in range(2):
+        model_parallel_seed(1234, device)
+        draws.append(torch.randn(4, 8))
+        torch.randn(3)  # CPU draws between two workers must not reach the second one
+    assert torch.equal(draws[0], draws[1])
 
 
 def test_router_metrics_count_every_routed_token(world1: None) -> None:

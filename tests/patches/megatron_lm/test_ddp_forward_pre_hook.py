@@ -11,7 +11,10 @@ On CPU a `CudaGraphManager` cannot be constructed (it needs a CUDA stream), so a
 `torch.nn.Module` stands in for it (a real `CudaGraphManager` owns no parameters either); the
 deletion and re-insertion are done by megatron-core's own `toggle_cuda_graphs` without
 rebuilding managers (`reset_cuda_graphs=False` on 0.16; the only mode from 0.17 on). The
-`gpu` variant uses real `CudaGraphManager`s.
+`gpu` variant uses real `CudaGraphManager`s, which megatron-core creates only while building a
+model whose config says `cuda_graph_impl="local"` (transformer/module.py `GraphableMegatronModule`
+-> transformer_layer.py `create_mcore_cudagraph_manager`); `toggle_cuda_graphs` merely caches,
+re-sets and deletes them (transformer/utils.py `init_cuda_graph_cache`).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ class StandInCudaGraphManager(torch.nn.Module):
     """CPU stand-in for `CudaGraphManager`: a submodule without parameters."""
 
 
-def _tiny_gpt(device: str) -> Any:
+def _tiny_gpt(device: str, cuda_graph_impl: str = "none") -> Any:
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer import TransformerConfig
@@ -56,6 +59,7 @@ def _tiny_gpt(device: str) -> Any:
         bias_dropout_fusion=False,
         hidden_dropout=0.0,
         attention_dropout=0.0,
+        cuda_graph_impl=cuda_graph_impl,
     )
     model = GPTModel(
         config=config,
@@ -225,24 +229,55 @@ def test_grpo_order_toggle_then_weight_swap(
     torch.testing.assert_close(_forward(ddp, mcore_device), policy_logits)
 
 
+@pytest.fixture
+def cudagraph_ready(mcore_device: str) -> Iterator[None]:
+    """What a local `CudaGraphManager` needs, undone afterwards for the rest of the session.
+
+    Its constructor asserts a cudagraph-safe RNG tracker (transformer/cuda_graphs.py
+    `CudaGraphManager.__init__`: "RNG tracker does not support cudagraphs!"); the inference
+    tracker is one. The first manager also moves the process onto a side stream and patches
+    `save_for_backward`; `delete_cuda_graphs` and the saved stream undo that.
+    """
+    from megatron.core import tensor_parallel
+    from megatron.core.transformer.cuda_graphs import delete_cuda_graphs
+
+    stream = torch.cuda.current_stream()
+    tensor_parallel.model_parallel_cuda_manual_seed(
+        1234, inference_rng_tracker=True, force_reset_rng=True
+    )
+    try:
+        yield
+    finally:
+        delete_cuda_graphs()
+        torch.cuda.set_stream(stream)
+        # The tracker the `mcore_parallel` fixture set up (mcore_grpo.worker.cpu on CUDA).
+        tensor_parallel.model_parallel_cuda_manual_seed(1234, force_reset_rng=True)
+
+
 @pytest.mark.gpu
 def test_real_toggle_cuda_graphs_gpu(
-    mcore_device: str, forget_cuda_graph_cache: list[torch.nn.Module]
+    mcore_device: str, cudagraph_ready: None, forget_cuda_graph_cache: list[torch.nn.Module]
 ) -> None:
-    """GPU: megatron-core's toggle_cuda_graphs creates and deletes real CudaGraphManagers."""
+    """GPU: NeMo-RL's order with the real CudaGraphManagers of a `cuda_graph_impl="local"` model:
+    graphs off for training, on for generation (hooks re-enabled on the managers), off again,
+    then the hooks disabled."""
+    from megatron.core.transformer.cuda_graphs import CudaGraphManager
     from megatron.core.transformer.utils import toggle_cuda_graphs
 
-    model = _tiny_gpt(mcore_device)
+    model = _tiny_gpt(mcore_device, cuda_graph_impl="local")
     forget_cuda_graph_cache.append(model)
+    layers = _transformer_layers(model)
+    managers = [layer.cudagraph_manager for layer in layers]
+    assert all(isinstance(m, CudaGraphManager) for m in managers)
+    toggle_cuda_graphs(model, set_to="none")  # caches the managers, then deletes them
+    assert not any(hasattr(layer, "cudagraph_manager") for layer in layers)
     ddp = _wrap_ddp(model)
+
     ddp.disable_forward_pre_hook(param_sync=True)
     toggle_cuda_graphs(model, set_to="local")
-    managers: list[torch.nn.Module] = []
-    for layer in _transformer_layers(model):
-        manager = layer.cudagraph_manager
-        assert isinstance(manager, torch.nn.Module)
-        managers.append(manager)
+    assert all(layer.cudagraph_manager is m for layer, m in zip(layers, managers, strict=True))
     ddp.enable_forward_pre_hook()
+    assert all(_ddp_hooks(m) for m in managers)
     toggle_cuda_graphs(model, set_to="none")
 
     ddp.disable_forward_pre_hook(param_sync=True)
