@@ -215,23 +215,34 @@ def _build_from_hf(config: WorkerConfig) -> tuple[Any, torch.nn.Module]:
     provider.attention_dropout = 0.0
     cpu = config.device == "cpu"
     provider.use_cpu_initialization = cpu
-    if cpu:  # apex/TE kernels the CPU path has none of
-        provider.gradient_accumulation_fusion = False
-        provider.apply_rope_fusion = False
-        provider.bias_dropout_fusion = False
-        provider.masked_softmax_fusion = False
-        provider.bias_activation_fusion = False
-        provider.moe_permute_fusion = False
-        provider.moe_router_fusion = False
-        if getattr(provider, "num_moe_experts", None):
-            # megatron-core's alltoall dispatcher makes a CUDA stream when it is built.
-            provider.moe_token_dispatcher_type = "allgather"
-    if layer_spec_name(config) == "local":
-        provider.moe_grouped_gemm = False  # grouped GEMM experts are TE's (or nv-grouped-gemm)
+    without_missing_kernels(provider, cpu=cpu, te=layer_spec_name(config) == "te")
     provider.finalize()
     models = provider.provide_distributed_model(wrap_with_ddp=False, use_cpu_initialization=cpu)
     gpt = models[0]
     return gpt.config, gpt.to(config.torch_device)
+
+
+def without_missing_kernels(provider: Any, *, cpu: bool, te: bool) -> None:
+    """Turn off the fusions a Bridge provider asks for whose kernels this machine lacks.
+
+    Bridge's providers ask for Transformer Engine's fused rope, MoE permutation and router
+    (Llama, Qwen3-MoE, ...); megatron-core refuses them at config time without TE ("Please
+    install TE >= 1.4"), on a GPU as on the CPU: seen on an H200 without TE. The CPU also lacks
+    apex's and the CUDA-only fused kernels, and megatron-core's alltoall MoE dispatcher makes a
+    CUDA stream when it is built.
+    """
+    if not te:
+        provider.apply_rope_fusion = False
+        provider.moe_permute_fusion = False
+        provider.moe_router_fusion = False
+        provider.moe_grouped_gemm = False  # grouped GEMM experts are TE's (or nv-grouped-gemm)
+    if cpu:
+        provider.gradient_accumulation_fusion = False
+        provider.bias_dropout_fusion = False
+        provider.masked_softmax_fusion = False
+        provider.bias_activation_fusion = False
+        if getattr(provider, "num_moe_experts", None):
+            provider.moe_token_dispatcher_type = "allgather"
 
 
 def build_policy(config: WorkerConfig) -> PolicyModel:

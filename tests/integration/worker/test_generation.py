@@ -71,7 +71,8 @@ def test_left_padding_is_invisible(worker: MegatronPolicyWorker) -> None:
     padded = worker.generate(ids, mask, SamplingParams(max_new_tokens=3), seeded(7))
     for row in range(4):
         keep = mask[row].bool()
-        seq = torch.cat([ids[row, keep], padded.output_ids[row, 5:]])[None, :]
+        generated = padded.output_ids[row, 5:]
+        seq = torch.cat([ids[row, keep].to(generated.device), generated])[None, :]
         alone = real_vocab_logprobs(worker, seq, torch.ones_like(seq))
         assert torch.allclose(alone[0, -3:], padded.logprobs[row, 5:], atol=1e-5), row
     assert int((~mask.bool()).sum()) > 0, "the prompts must include left padding"
@@ -165,7 +166,9 @@ def test_logprob_and_training_forwards_score_at_the_sampling_temperature(world1:
     lp = w.get_logprobs(batch)
     sel = out.generated_mask.bool()
     assert torch.allclose(lp[sel], out.logprobs[sel], atol=1e-5)
-    at_t1 = torch.cat([torch.zeros(4, 1), real_vocab_logprobs(w, *batch.values())], dim=1)
+    at_t1 = torch.cat(
+        [torch.zeros(4, 1, device=lp.device), real_vocab_logprobs(w, *batch.values())], dim=1
+    )
     assert float((at_t1[sel] - lp[sel]).abs().max()) > 1e-3, "T=0.5 must differ from T=1"
 
     seen: list[torch.Tensor] = []

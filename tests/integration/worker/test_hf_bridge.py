@@ -17,6 +17,7 @@ import contextlib
 import functools
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -230,3 +231,37 @@ def test_on_cuda_logits_equal_transformers_and_the_changed_model_exports(
     diff = (changed[..., : exported.shape[-1]] - exported).abs().max().item()
     print(f"export {arch} on cuda: max |megatron - exported transformers| = {diff:.2e}")
     assert diff <= TOLERANCE, f"export {arch} on cuda: {diff:.2e}"
+
+
+@pytest.mark.parametrize(
+    ("arch", "refusal"),
+    [
+        ("llama", "apply_rope_fusion is not available"),
+        ("qwen3_moe", "fused permutation is not available"),
+    ],
+)
+def test_a_gpu_without_transformer_engine_gets_no_te_fusion(
+    tmp_path: Path, arch: str, refusal: str
+) -> None:
+    """Bridge's Llama and Qwen3-MoE providers ask for TE's fused rope / MoE permutation, which
+    megatron-core refuses at config time without TE, whatever the device (seen on an H200
+    without TE); the worker's build turns them off for a CUDA device too, not only the CPU."""
+    from mcore_grpo.worker.bridge_source import import_auto_bridge
+    from mcore_grpo.worker.model import without_missing_kernels
+
+    checkpoint = write_tiny_checkpoint(tmp_path / arch, arch)  # type: ignore[arg-type]
+
+    def provider() -> Any:
+        return (
+            import_auto_bridge()
+            .from_hf_pretrained(checkpoint)
+            .to_megatron_provider(load_weights=False)
+        )
+
+    as_bridge_gives_it = provider()
+    with pytest.raises(ValueError, match=refusal):
+        as_bridge_gives_it.finalize()
+    on_cuda = provider()
+    without_missing_kernels(on_cuda, cpu=False, te=False)
+    on_cuda.finalize()
+    assert not (on_cuda.apply_rope_fusion or on_cuda.moe_permute_fusion)
