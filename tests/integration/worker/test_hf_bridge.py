@@ -17,7 +17,7 @@ import contextlib
 import functools
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import torch
@@ -37,7 +37,7 @@ def _tokens(device: str = "cpu") -> torch.Tensor:
 
 @contextlib.contextmanager
 def _hf_model(
-    checkpoint: str, tp: int, ep: int, device: str = "cpu"
+    checkpoint: str, tp: int, ep: int, device: Literal["cpu", "cuda"] = "cpu"
 ) -> Iterator[tuple[WorkerConfig, torch.nn.Module]]:
     """One rank: parallel state at `tp` x `ep` and the model Bridge builds from `checkpoint`
     on `device` (CPU redirects, where needed, and no_grad active in the block)."""
@@ -82,7 +82,9 @@ def _transformers_logits(checkpoint: Path | str, device: str = "cpu") -> torch.T
         return model(_tokens(device)).logits.cpu()
 
 
-def _megatron_logits(checkpoint: str, tp: int, ep: int = 1, device: str = "cpu") -> torch.Tensor:
+def _megatron_logits(
+    checkpoint: str, tp: int, ep: int = 1, device: Literal["cpu", "cuda"] = "cpu"
+) -> torch.Tensor:
     """One rank: the model from `checkpoint` at `tp` x `ep`, its gathered logits."""
     with _hf_model(checkpoint, tp, ep, device) as (_, gpt):
         # Inference: megatron-core refuses an MoE layer at TP > 1 without sequence
@@ -92,7 +94,7 @@ def _megatron_logits(checkpoint: str, tp: int, ep: int = 1, device: str = "cpu")
 
 
 def _export_changed_model(
-    checkpoint: str, out: str, tp: int, ep: int = 1, device: str = "cpu"
+    checkpoint: str, out: str, tp: int, ep: int = 1, device: Literal["cpu", "cuda"] = "cpu"
 ) -> torch.Tensor:
     """One rank: the model from `checkpoint` at `tp` x `ep`, every weight moved (each TP shard
     by its own amount), exported to `out`; this rank's logits after."""

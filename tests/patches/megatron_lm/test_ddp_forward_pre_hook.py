@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import torch
@@ -42,7 +42,7 @@ class StandInCudaGraphManager(torch.nn.Module):
     """CPU stand-in for `CudaGraphManager`: a submodule without parameters."""
 
 
-def _tiny_gpt(device: str, cuda_graph_impl: str = "none") -> Any:
+def _tiny_gpt(device: str, cuda_graph_impl: Literal["local", "none"] = "none") -> Any:
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer import TransformerConfig
@@ -267,8 +267,11 @@ def test_real_toggle_cuda_graphs_gpu(
     model = _tiny_gpt(mcore_device, cuda_graph_impl="local")
     forget_cuda_graph_cache.append(model)
     layers = _transformer_layers(model)
-    managers = [layer.cudagraph_manager for layer in layers]
-    assert all(isinstance(m, CudaGraphManager) for m in managers)
+    managers: list[torch.nn.Module] = []
+    for layer in layers:
+        manager = layer.cudagraph_manager
+        assert isinstance(manager, CudaGraphManager)
+        managers.append(manager)
     toggle_cuda_graphs(model, set_to="none")  # caches the managers, then deletes them
     assert not any(hasattr(layer, "cudagraph_manager") for layer in layers)
     ddp = _wrap_ddp(model)
