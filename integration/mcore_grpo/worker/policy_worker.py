@@ -276,10 +276,11 @@ class MegatronPolicyWorker:
 
     @_entry(*ON_DEVICE)
     def offload_before_refit(self) -> OffloadReport:
-        """Free grads and optimizer state (params stay for the refit)."""
+        """Free grads and optimizer state; the parameters stay on the device for the refit
+        (NeMo-RL's worker: `move_model(..., move_params=False, move_grads=True)`)."""
         self._suspend_engine()
         self.train_step.abort()
-        report = self.offloader.offload(grads=True, optimizer=True)
+        report = self.offloader.offload(params=False, grads=True, optimizer=True)
         self.guard.enter(OFF)
         return report
 

@@ -65,24 +65,38 @@ class Offloader:
         """Whether device storages are currently released."""
         return bool(self._saved)
 
-    def _categorised(self, grads: bool, optimizer: bool) -> list[tuple[str, torch.Tensor]]:
+    def _buffers(self) -> list[Any]:
         ddp = self.policy.ddp
-        items: list[tuple[str, torch.Tensor]] = [("params", p) for p in ddp.module.parameters()]
-        for buf in list(ddp.buffers) + list(getattr(ddp, "expert_parallel_buffers", [])):
-            if getattr(buf, "param_data", None) is not None:
-                items.append(("params", buf.param_data))
+        return list(ddp.buffers) + list(getattr(ddp, "expert_parallel_buffers", []))
+
+    def _params(self) -> list[torch.Tensor]:
+        """The model's parameters and DDP's flat param buffers they are views of."""
+        params = list(self.policy.ddp.module.parameters())
+        return params + [
+            b.param_data for b in self._buffers() if getattr(b, "param_data", None) is not None
+        ]
+
+    def _categorised(self, grads: bool, optimizer: bool) -> list[tuple[str, torch.Tensor]]:
+        items: list[tuple[str, torch.Tensor]] = [("params", p) for p in self._params()]
+        for buf in self._buffers():
             if grads:
                 items.append(("grads", buf.grad_data))
         if optimizer:
             items.extend(("optimizer", t) for t in _optimizer_state_tensors(self.policy.optimizer))
         return items
 
-    def offload(self, grads: bool = True, optimizer: bool = True) -> OffloadReport:
-        """Copy each distinct storage to the host and free it on the device."""
+    def offload(
+        self, params: bool = True, grads: bool = True, optimizer: bool = True
+    ) -> OffloadReport:
+        """Copy each distinct storage of the chosen kinds to the host and free it on the
+        device. With `params=False` a storage the parameters live in stays, also where the
+        optimizer holds views of it (fp32 main params of the distributed optimizer)."""
         if self._saved:
             raise RuntimeError("Offloader.offload: already offloaded; call onload() first.")
         report = OffloadReport()
         seen: set[int] = set()
+        if not params:
+            seen = {p.untyped_storage().data_ptr() for p in self._params()}
         for category, tensor in self._categorised(grads, optimizer):
             storage = tensor.untyped_storage()
             ptr = storage.data_ptr()
