@@ -28,7 +28,6 @@ export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c 'import torch, transformers, megatron.core as m; print("python", __import__("sys").version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__, "megatron-core", m.__version__)'
   cat "$work/src/PINS"
-  git log -1 --format='mcore-rl-stack %H %s' 2>/dev/null || true
 } >"$OUT/summary.txt" 2>&1
 
 STAGES=${STAGES:-pytest bench smoke}
