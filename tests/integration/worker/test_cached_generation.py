@@ -210,8 +210,8 @@ def test_tp2_generates_the_same_tokens_as_tp1(world1: None) -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(
     not torch.cuda.is_available(),
-    reason="needs CUDA: the cached sampler on a CUDA model (not run on this project's CPU "
-    "machines yet)",
+    reason="needs CUDA: the cached sampler on a CUDA model (passed on an H200; "
+    "benchmarks/device/gpu_check.sh)",
 )
 def test_cached_equals_recompute_on_cuda(world1: None) -> None:
     """The same code path on CUDA: greedy cached == recompute, tensors on the model's device."""
