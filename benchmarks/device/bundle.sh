@@ -20,10 +20,6 @@ for tree in 3rdparty/Megatron-LM/megatron/core 3rdparty/Megatron-Bridge/src/mega
   3rdparty/NeMo-RL/nemo_rl; do
   [[ -d $tree ]] || { echo "bundle.sh: $tree missing: run tools/apply_patches.sh first" >&2; exit 1; }
 done
-if ! git -C 3rdparty/Megatron-LM log -1 --format=%s | grep -q .; then
-  echo "bundle.sh: 3rdparty/Megatron-LM is not a checkout" >&2
-  exit 1
-fi
 
 rm -rf "$dest"
 mkdir -p "$dest/src/megatron" "$dest/whl"

@@ -78,9 +78,8 @@ class Offloader:
 
     def _categorised(self, grads: bool, optimizer: bool) -> list[tuple[str, torch.Tensor]]:
         items: list[tuple[str, torch.Tensor]] = [("params", p) for p in self._params()]
-        for buf in self._buffers():
-            if grads:
-                items.append(("grads", buf.grad_data))
+        if grads:
+            items.extend(("grads", b.grad_data) for b in self._buffers())
         if optimizer:
             items.extend(("optimizer", t) for t in _optimizer_state_tensors(self.policy.optimizer))
         return items
@@ -94,9 +93,8 @@ class Offloader:
         if self._saved:
             raise RuntimeError("Offloader.offload: already offloaded; call onload() first.")
         report = OffloadReport()
-        seen: set[int] = set()
-        if not params:
-            seen = {p.untyped_storage().data_ptr() for p in self._params()}
+        # Storages not to copy: those already copied, and with params=False the parameters'.
+        seen = set() if params else {p.untyped_storage().data_ptr() for p in self._params()}
         for category, tensor in self._categorised(grads, optimizer):
             storage = tensor.untyped_storage()
             ptr = storage.data_ptr()
