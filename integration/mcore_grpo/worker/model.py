@@ -229,7 +229,7 @@ def without_missing_kernels(provider: Any, *, cpu: bool, te: bool) -> None:
     (Llama, Qwen3-MoE, ...); megatron-core refuses them at config time without TE ("Please
     install TE >= 1.4"), on a GPU as on the CPU: seen on an H200 without TE. The CPU also lacks
     apex's and the CUDA-only fused kernels, and megatron-core's alltoall MoE dispatcher makes a
-    CUDA stream when it is built.
+    CUDA stream when it is built (so the shared-expert overlap that needs it goes too).
     """
     if not te:
         provider.apply_rope_fusion = False
@@ -243,6 +243,9 @@ def without_missing_kernels(provider: Any, *, cpu: bool, te: bool) -> None:
         provider.bias_activation_fusion = False
         if getattr(provider, "num_moe_experts", None):
             provider.moe_token_dispatcher_type = "allgather"
+            # Overlapping the shared experts with dispatch is alltoall's (DeepSeek, EXAONE-MoE
+            # ask for it); megatron-core refuses it with allgather. The math is the same.
+            provider.moe_shared_expert_overlap = False
 
 
 def build_policy(config: WorkerConfig) -> PolicyModel:

@@ -1,14 +1,14 @@
-"""Tripwire for patches/Megatron-Bridge/local-spec-persist-layer-norm-without-apex.patch.
+"""Llama's bridge flag `persist_layer_norm=True` through Bridge's local spec, without Apex.
 
 Llama's bridge (`LlamaBridge.provider_bridge`, and DeepSeek's, GLM's, Kimi's, Nemotron's ...)
 sets `persist_layer_norm=True`, a kernel choice of Apex's `FusedLayerNorm`. Without Apex the
-local layer spec builds megatron-core's `WrappedTorchNorm`, which asserts the flag is off
-(`torch_norm.py`: "persist_layer_norm not supported by torch LayerNorm"), so no Llama-family
-checkpoint builds without Transformer Engine and Apex. With the patch, `local_layer_spec`
-clears the flag where Apex is absent (it selects a kernel, not the math) and the model builds.
+local layer spec builds megatron-core's `WrappedTorchNorm`, which unpatched asserts the flag is
+off, so no Llama-family checkpoint builds without Transformer Engine and Apex. This was the
+tripwire of patches/Megatron-Bridge/retired/local-spec-persist-layer-norm-without-apex.patch;
+patches/Megatron-LM/torch-norm-ignores-persist-layer-norm.patch now fixes it at the
+root, and this test keeps the Bridge-level path covered (it fails without that patch).
 
-The same tiny provider as the local-spec tripwire, with the flag Llama's bridge sets.
-"""
+The same tiny provider as the local-spec tripwire, with the flag Llama's bridge sets."""
 
 from __future__ import annotations
 
