@@ -42,7 +42,8 @@ def check_architecture(source: str, hf: dict[str, Any], supported: Sequence[str]
         raise ValueError(
             f"model.hf_checkpoint {source}: architecture {named} has no Megatron-Bridge mapping "
             f"at the pinned Bridge; use a checkpoint of one of its {len(supported)} supported "
-            f"architectures ({', '.join(sorted(supported))})"
+            f"architectures ({', '.join(sorted(supported))}); docs/models.md says which of them "
+            "convert on CPU, at which layouts"
         )
 
 

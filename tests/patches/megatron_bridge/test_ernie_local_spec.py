@@ -11,6 +11,7 @@ patch the spec is megatron-core's local one there, still dense for layer 0 and M
 from __future__ import annotations
 
 import importlib.util
+from typing import Any
 
 import pytest
 
@@ -36,7 +37,7 @@ def test_ernie_block_spec_builds_without_transformer_engine(mcore_parallel: None
         moe_ffn_hidden_size=32,
         moe_layer_freq=[0, 1],
     )
-    spec = _ernie45_decoder_block_spec(provider)
+    spec: Any = _ernie45_decoder_block_spec(provider)
     dense, moe = (layer.submodules.mlp for layer in spec.layer_specs)  # functools.partials
     assert dense.func.__self__ is MLP and moe.func is MoELayer  # layer 0 dense, layer 1 MoE
     assert dense.keywords["submodules"].linear_fc1 is ColumnParallelLinear  # the local spec

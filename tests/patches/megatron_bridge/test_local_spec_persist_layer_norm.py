@@ -5,7 +5,7 @@ sets `persist_layer_norm=True`, a kernel choice of Apex's `FusedLayerNorm`. With
 local layer spec builds megatron-core's `WrappedTorchNorm`, which unpatched asserts the flag is
 off, so no Llama-family checkpoint builds without Transformer Engine and Apex. This was the
 tripwire of patches/Megatron-Bridge/retired/local-spec-persist-layer-norm-without-apex.patch;
-patches/Megatron-LM/torch-norm-ignores-persist-layer-norm.patch now fixes it at the
+patches/Megatron-LM/torch-norm-persist-layer-norm-and-zero-centered-gamma.patch now fixes it at the
 root, and this test keeps the Bridge-level path covered (it fails without that patch).
 
 The same tiny provider as the local-spec tripwire, with the flag Llama's bridge sets."""

@@ -50,8 +50,7 @@ def test_mla_head_sizes_build_and_attend_like_torch(mcore_device: str) -> None:
     )
     out = attention.to(mcore_device)(query, key, value, attention_mask=None)
 
-    expected = torch.nn.functional.scaled_dot_product_attention(
-        *(t.permute(1, 2, 0, 3) for t in (query, key, value)), is_causal=True
-    )  # [b, heads, s, v dim]
+    q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))  # [b, heads, s, dim]
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
     expected = expected.permute(2, 0, 1, 3).reshape(SEQ, BATCH, HEADS * V_DIM)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)

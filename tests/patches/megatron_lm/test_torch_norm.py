@@ -1,12 +1,12 @@
-"""Tripwires for the two `WrappedTorchNorm` patches of patches/Megatron-LM.
+"""Tripwires for patches/Megatron-LM/torch-norm-persist-layer-norm-and-zero-centered-gamma.patch.
 
 `WrappedTorchNorm` is the norm of megatron-core's local layer spec whenever Apex is absent (always
 for RMSNorm). Unpatched it asserts two config flags off that Megatron-Bridge's providers turn on:
 
-- `persist_layer_norm` (torch-norm-ignores-persist-layer-norm.patch): DeepSeek, GLM, Kimi,
-  MiniMax, Nemotron and Llama bridges set it; it only selects Apex's persistent kernel.
-- `layernorm_zero_centered_gamma` (torch-norm-zero-centered-gamma.patch): the Gemma family's
-  norms scale by (1 + weight), and Bridge maps them to megatron-core's zero-centered gamma.
+- `persist_layer_norm`: DeepSeek, GLM, Kimi, MiniMax, Nemotron and Llama bridges set it; it only
+  selects Apex's persistent kernel.
+- `layernorm_zero_centered_gamma`: the Gemma family's norms scale by (1 + weight), and Bridge
+  maps them to megatron-core's zero-centered gamma.
 
 The oracle for the second is `transformers`' own `GemmaRMSNorm` with the same weight.
 """
@@ -33,43 +33,40 @@ def _config(**flags: Any) -> Any:
     )
 
 
-@pytest.mark.parametrize("normalization", ["LayerNorm", "RMSNorm"])
-def test_persist_layer_norm_builds_the_same_torch_norm(normalization: str) -> None:
+def _norm(**flags: Any) -> torch.nn.Module:
+    """`WrappedTorchNorm` of `_config(**flags)`: a torch module (typed as megatron's protocol)."""
     from megatron.core.transformer.torch_norm import WrappedTorchNorm
 
-    config = _config(persist_layer_norm=True, normalization=normalization)
-    norm = WrappedTorchNorm(config=config, hidden_size=HIDDEN, eps=1e-6)
-    plain = WrappedTorchNorm(
-        config=_config(normalization=normalization), hidden_size=HIDDEN, eps=1e-6
-    )
+    norm: object = WrappedTorchNorm(config=_config(**flags), hidden_size=HIDDEN, eps=1e-6)
+    assert isinstance(norm, torch.nn.Module)
+    return norm
+
+
+@pytest.mark.parametrize("normalization", ["LayerNorm", "RMSNorm"])
+def test_persist_layer_norm_builds_the_same_torch_norm(normalization: str) -> None:
+    norm = _norm(persist_layer_norm=True, normalization=normalization)
+    plain = _norm(normalization=normalization)
     x = torch.randn(3, HIDDEN, generator=torch.Generator().manual_seed(0))
     assert torch.equal(norm(x), plain(x))
 
 
 @pytest.mark.parametrize("normalization", ["LayerNorm", "RMSNorm"])
 def test_zero_centered_gamma_starts_as_the_identity_scale(normalization: str) -> None:
-    from megatron.core.transformer.torch_norm import WrappedTorchNorm
-
-    config = _config(layernorm_zero_centered_gamma=True, normalization=normalization)
-    norm = WrappedTorchNorm(config=config, hidden_size=HIDDEN, eps=1e-6)
-    plain = WrappedTorchNorm(
-        config=_config(normalization=normalization), hidden_size=HIDDEN, eps=1e-6
-    )
-    assert torch.count_nonzero(norm.weight) == 0  # gamma - 1 is stored
+    norm = _norm(layernorm_zero_centered_gamma=True, normalization=normalization)
+    plain = _norm(normalization=normalization)
+    assert torch.count_nonzero(norm.get_parameter("weight")) == 0  # gamma - 1 is stored
     x = torch.randn(3, HIDDEN, generator=torch.Generator().manual_seed(0))
     torch.testing.assert_close(norm(x), plain(x), rtol=0, atol=1e-6)
 
 
 def test_zero_centered_rms_norm_equals_gemmas() -> None:
-    from megatron.core.transformer.torch_norm import WrappedTorchNorm
     from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
 
-    config = _config(layernorm_zero_centered_gamma=True, normalization="RMSNorm")
-    norm = WrappedTorchNorm(config=config, hidden_size=HIDDEN, eps=1e-6)
+    norm = _norm(layernorm_zero_centered_gamma=True, normalization="RMSNorm")
     gemma = GemmaRMSNorm(HIDDEN, eps=1e-6)
     weight = 0.3 * torch.randn(HIDDEN, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        norm.weight.copy_(weight)
+        norm.get_parameter("weight").copy_(weight)
         gemma.weight.copy_(weight)
     x = torch.randn(3, HIDDEN, generator=torch.Generator().manual_seed(2))
     torch.testing.assert_close(norm(x), gemma(x), rtol=0, atol=1e-6)

@@ -1,0 +1,162 @@
+"""The checks of one matrix row, on one rank of an initialised gloo group, through the worker.
+
+Each goes through the worker's own path (`worker.model.build_gpt` for the import,
+`worker.hf_export.export_hf` for the export, `MegatronPolicyWorker.train` with the GRPO loss for
+the step), so the matrix says what a user's run would do, not what a side path does. The
+oracle is `transformers`: its logits from the same files, fp32.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mcore_grpo.worker.config import ModelConfig, ParallelConfig, WorkerConfig
+
+TOKENS_SHAPE = (2, 12)
+
+
+def tokens(vocab: int) -> torch.Tensor:
+    """The fixed input every logits comparison runs on."""
+    return torch.randint(0, vocab, TOKENS_SHAPE, generator=torch.Generator().manual_seed(1))
+
+
+def transformers_logits(checkpoint: Path, vocab: int) -> torch.Tensor:
+    """The oracle: `transformers`' fp32 logits of `tokens` from `checkpoint`."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.no_grad():
+        model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+        return model(tokens(vocab)).logits
+
+
+def worker_config(checkpoint: Path, tp: int, ep: int, vocab: int) -> WorkerConfig:
+    """The fp32 CPU worker config of `checkpoint` (`vocab` ids) at TP=`tp` x EP=`ep`."""
+    return WorkerConfig(
+        device="cpu",
+        model=ModelConfig(hf_checkpoint=str(checkpoint), vocab_size=vocab),
+        parallel=ParallelConfig(
+            tensor_model_parallel_size=tp,
+            expert_model_parallel_size=ep,
+            expert_tensor_parallel_size=1,
+        ),
+    )
+
+
+@contextlib.contextmanager
+def imported_model(
+    checkpoint: Path, tp: int, ep: int, vocab: int
+) -> Iterator[tuple[WorkerConfig, Any]]:
+    """The model Bridge builds from `checkpoint` at `tp` x `ep` (eval mode, no_grad), with the
+    model-parallel state it needs for the block."""
+    from megatron.core import parallel_state
+
+    from mcore_grpo.worker.cpu import cpu_device, model_parallel_seed
+    from mcore_grpo.worker.model import build_gpt
+
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=tp, expert_model_parallel_size=ep, expert_tensor_parallel_size=1
+    )
+    try:
+        model_parallel_seed(0, "cpu")
+        config = worker_config(checkpoint, tp, ep, vocab)
+        with cpu_device("cpu"), torch.no_grad():
+            gpt = build_gpt(config)[1]
+            # Inference: megatron-core refuses an MoE layer at TP > 1 without sequence
+            # parallelism in training mode only.
+            gpt.eval()
+            yield config, gpt
+    finally:
+        parallel_state.destroy_model_parallel()
+
+
+def megatron_logits(gpt: Any, vocab: int) -> torch.Tensor:
+    """The worker's forward (`policy_logits`, gathered over TP) on `tokens`, real vocab only."""
+    from mcore_grpo.worker.forward import policy_logits
+
+    ids = tokens(vocab)
+    return policy_logits(gpt, ids, torch.ones_like(ids, dtype=torch.bool))[..., :vocab]
+
+
+def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max |a - b|; inf where the shapes differ (a wrong conversion, not a crash)."""
+    if a.shape != b.shape:
+        return math.inf
+    return float((a - b).abs().max())
+
+
+def logits_difference(checkpoint: Path, tp: int, ep: int, vocab: int) -> float:
+    """max |megatron - transformers| of the imported model at `tp` x `ep` on this rank."""
+    expected = transformers_logits(checkpoint, vocab)
+    with imported_model(checkpoint, tp, ep, vocab) as (_, gpt):
+        return max_diff(megatron_logits(gpt, vocab), expected)
+
+
+def export_difference(checkpoint: Path, out: Path, tp: int, ep: int, vocab: int) -> float:
+    """Move every weight of the imported model (each TP shard by its own amount; replicated
+    weights alike on every rank, as training keeps them), export it to `out`, and return
+    max |changed megatron - exported transformers| on this rank. The exported logits must
+    also differ from the original's, or the export did not carry the change."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    from mcore_grpo.worker.hf_export import export_hf
+
+    with imported_model(checkpoint, tp, ep, vocab) as (config, gpt):
+        shard = torch.Generator().manual_seed(100 + parallel_state.get_tensor_model_parallel_rank())
+        replica = torch.Generator().manual_seed(99)
+        for param in gpt.parameters():
+            moves = shard if getattr(param, "tensor_model_parallel", False) else replica
+            param.add_(0.05 * torch.randn(param.shape, generator=moves))
+        changed = megatron_logits(gpt, vocab)
+        export_hf(config, gpt, out)
+    dist.barrier()
+    exported = transformers_logits(out, vocab)
+    if max_diff(exported, transformers_logits(checkpoint, vocab)) < 1e-3:
+        raise AssertionError("the exported model has the original's logits: the change was lost")
+    return max_diff(changed, exported)
+
+
+def grpo_step(checkpoint: Path, tp: int, ep: int, vocab: int) -> dict[str, float]:
+    """One `MegatronPolicyWorker.train` step with the GRPO loss on a fixed batch: the loss and
+    how far the weights moved (largest absolute change on this rank)."""
+    from megatron.core import parallel_state
+
+    from mcore_grpo.grpo import loss as grpo_loss
+    from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
+
+    config = worker_config(checkpoint, tp, ep, vocab)
+    try:
+        worker = MegatronPolicyWorker(
+            config, loss_sum_fn=grpo_loss.worker_default_loss(config.loss)
+        )
+        before = [p.detach().clone() for p in worker.policy.gpt.parameters()]
+        metrics = worker.train(grpo_batch(vocab))
+        moved = max(
+            float((p.detach() - b).abs().max())
+            for p, b in zip(worker.policy.gpt.parameters(), before, strict=True)
+        )
+    finally:
+        parallel_state.destroy_model_parallel()
+    return {"loss": float(metrics["global_loss"]), "max_weight_change": moved}
+
+
+def grpo_batch(vocab: int, rows: int = 4, length: int = 12) -> dict[str, torch.Tensor]:
+    """A fixed GRPO batch: prompts of 3 tokens, responses after, advantages of both signs and
+    old logprobs a little off the policy's (so the clipped ratio is exercised)."""
+    g = torch.Generator().manual_seed(7)
+    ids = torch.randint(0, vocab, (rows, length), generator=g)
+    token_mask = (torch.arange(length)[None, :] >= 3).float().expand(rows, length)
+    return {
+        "input_ids": ids,
+        "attention_mask": torch.ones(rows, length),
+        "token_mask": token_mask.contiguous(),
+        "sample_mask": torch.ones(rows),
+        "advantages": torch.tensor([1.0, -1.0, 0.5, -0.5][:rows]),
+        "prev_logprobs": -math.log(vocab) + 0.1 * torch.randn(rows, length, generator=g),
+    }
