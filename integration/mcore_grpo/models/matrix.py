@@ -204,6 +204,11 @@ def _rank_main(rank: int, port: int, archs: list[str], out_path: str) -> None:
     os.environ.update(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD)
     )
+    # NVTE_* pick Transformer Engine's attention backend; megatron-core sets them from the
+    # config of a model built in the calling process (a test before, a notebook) and refuses a
+    # model whose attention_backend disagrees. The matrix runs without TE: start from none.
+    for key in [k for k in os.environ if k.startswith("NVTE_")]:
+        del os.environ[key]
     # megatron-core compiles some fused activations (GPT-OSS's) with torch.compile; two ranks
     # writing one inductor cache read each other's half-written objects ("file too short").
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(
