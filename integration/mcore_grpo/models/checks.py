@@ -9,6 +9,7 @@ oracle is `transformers`: its logits from the same files, fp32.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,8 +27,10 @@ def tokens(vocab: int) -> torch.Tensor:
     return torch.randint(0, vocab, TOKENS_SHAPE, generator=torch.Generator().manual_seed(1))
 
 
+@functools.lru_cache(maxsize=4)
 def transformers_logits(checkpoint: Path, vocab: int) -> torch.Tensor:
-    """The oracle: `transformers`' fp32 logits of `tokens` from `checkpoint`."""
+    """The oracle: `transformers`' fp32 logits of `tokens` from `checkpoint` (a checkpoint is
+    written once, so a row's layouts and its export check load it once per rank)."""
     from transformers import AutoModelForCausalLM
 
     with torch.no_grad():

@@ -116,10 +116,6 @@ def _rank() -> int:
     return dist.get_rank()
 
 
-def _largest(values: list[float]) -> float:
-    return max(values)
-
-
 def _first(values: list[Any]) -> Any:
     return values[0]
 
@@ -150,7 +146,7 @@ def run_row(arch: str, workdir: Path, log: Callable[[str], None]) -> dict[str, A
     row["layouts"] = {}
     for name, tp, ep in layouts:
         outcome = _check(
-            lambda tp=tp, ep=ep: checks.logits_difference(checkpoint, tp, ep, vocab), _largest
+            lambda tp=tp, ep=ep: checks.logits_difference(checkpoint, tp, ep, vocab), max
         )
         row["layouts"][name] = outcome.to_json()
         log(f"{arch} {name}: {_show(outcome)}")
@@ -160,7 +156,7 @@ def run_row(arch: str, workdir: Path, log: Callable[[str], None]) -> dict[str, A
             row["seconds"] = round(time.monotonic() - started, 1)
             return row
     name, tp, ep = layouts[-1]
-    export = _check(lambda: checks.export_difference(checkpoint, exported, tp, ep, vocab), _largest)
+    export = _check(lambda: checks.export_difference(checkpoint, exported, tp, ep, vocab), max)
     row["export"] = {"layout": name, **export.to_json()}
     log(f"{arch} export at {name}: {_show(export)}")
     step = _check(lambda: checks.grpo_step(checkpoint, tp, ep, vocab), _step_of_ranks)
