@@ -11,17 +11,8 @@
 # "pytest bench smoke"); PYTEST_S / BENCH_S / SMOKE_S bound them in seconds; SMOKE_ARGS adds
 # config overrides to the smoke run (e.g. "policy.megatron_cfg.optimizer.lr=3e-6").
 set -uo pipefail
-OUT=${OUT:-/tmp/gpu-check-out}
-mkdir -p "$OUT"
-work=/tmp/mcore-device
-rm -rf "$work" && mkdir -p "$work/src" "$work/site"
-tar xzf .device/src.tar.gz -C "$work/src" || { echo "no .device/src.tar.gz: carry .device" >&2; exit 2; }
-if compgen -G ".device/whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$work/site" \
-    .device/whl/*.whl || exit 2
-fi
-export PYTHONPATH="$PWD:$PWD/integration:$work/src:$work/site"
-export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+# shellcheck source=benchmarks/device/unpack.sh
+source benchmarks/device/unpack.sh
 
 {
   date -u +%FT%TZ

@@ -17,14 +17,19 @@ from mcore_grpo.grpo.train_batch import left_padded
 
 
 def greedy_responses(
-    checkpoint: Path, prompts: Sequence[Sequence[int]], max_new_tokens: int, batch_size: int
+    checkpoint: Path,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    batch_size: int,
+    device: str = "cpu",
 ) -> list[list[int]]:
     """`transformers`' greedy continuation of each prompt (token ids, up to and including the
-    checkpoint's end-of-turn token), batches left-padded."""
+    checkpoint's end-of-turn token), batches left-padded, on `device` (the run's own: on a GPU
+    the whole GSM8K test split takes seconds there and hours on the host's cores)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).to(device).eval()
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     if tokenizer is None:
         raise ValueError(f"{checkpoint}: no tokenizer saved beside the model")
@@ -36,8 +41,8 @@ def greedy_responses(
         width = ids.shape[1]
         with torch.no_grad():
             generated = model.generate(
-                input_ids=ids,
-                attention_mask=mask,
+                input_ids=ids.to(device),
+                attention_mask=mask.to(device),
                 max_new_tokens=max_new_tokens,
                 do_sample=False,
                 eos_token_id=eos,
@@ -50,13 +55,17 @@ def greedy_responses(
 
 
 def evaluate_checkpoint(
-    checkpoint: Path, evaluator: Evaluator, max_new_tokens: int, batch_size: int
+    checkpoint: Path,
+    evaluator: Evaluator,
+    max_new_tokens: int,
+    batch_size: int,
+    device: str = "cpu",
 ) -> dict[str, Any]:
     """``validation/hf_accuracy`` (and its mean response length) of `checkpoint` on the
     evaluator's held-out problems."""
     problems = evaluator.problems
     responses = greedy_responses(
-        checkpoint, [p.prompt_ids for p in problems], max_new_tokens, batch_size
+        checkpoint, [p.prompt_ids for p in problems], max_new_tokens, batch_size, device
     )
     scored = evaluator.score(-1, problems, responses)
     return {

@@ -39,7 +39,7 @@ from mcore_grpo.grpo.metrics import (
     train_metrics,
 )
 from mcore_grpo.grpo.runner import Runner
-from mcore_grpo.grpo.schema import RunConfig, check_data_parallel
+from mcore_grpo.grpo.schema import RunConfig, check_data_parallel, must_save_by_seconds
 from mcore_grpo.grpo.task import Task
 
 log = logging.getLogger("mcore_grpo")
@@ -103,6 +103,30 @@ class ReplicaLayout:
         return [per_rank[self.first_rank(d)] for d in range(self.dp)]
 
 
+class Deadline:
+    """NeMo-RL's `TimeoutChecker` with ``fit_last_save_time``: reached once the time since the
+    run began plus a mean step would pass the limit (so the save lands before it)."""
+
+    def __init__(self, limit_s: int | None) -> None:
+        self.limit_s = limit_s
+        self.start = time.monotonic()
+        self.last = self.start
+        self.steps: list[float] = []
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def mean_step(self) -> float:
+        return sum(self.steps) / len(self.steps) if self.steps else 0.0
+
+    def reached(self) -> bool:
+        """Mark a step's end; whether the run must end after it."""
+        now = time.monotonic()
+        self.steps.append(now - self.last)
+        self.last = now
+        return self.limit_s is not None and self.elapsed() + self.mean_step() >= self.limit_s
+
+
 class GRPOLoop:
     """Drives the runner's ranks through `grpo.max_num_steps` GRPO steps."""
 
@@ -142,6 +166,8 @@ class GRPOLoop:
         self.signature = checkpoint.model_signature(config.to_dict(), task.vocab_size)
         self.evaluator = Evaluator(task, config.grpo.max_val_samples)
         self.current_step: int | None = None  # the step being run (named when a run aborts)
+        # The run's last step: grpo.max_num_steps, or earlier by checkpoint_must_save_by.
+        self.last_step = config.grpo.max_num_steps
 
     # ---- one step -------------------------------------------------------------------
     def step(self, step: int) -> dict[str, Any]:
@@ -235,7 +261,7 @@ class GRPOLoop:
     # ---- held-out evaluation --------------------------------------------------------
     def _evaluates_after(self, step: int) -> bool:
         g = self.config.grpo
-        last = step == g.max_num_steps and g.val_at_end
+        last = step == self.last_step and g.val_at_end
         return last or (g.val_period > 0 and step % g.val_period == 0)
 
     def _evaluate(self, step: int) -> dict[str, float]:
@@ -279,14 +305,23 @@ class GRPOLoop:
 
         start = time.perf_counter()
         g = self.config.grpo
+        # The run's device where this process has it (in-process, or a driver on a GPU node);
+        # a driver without one grades on its CPU.
+        wants_cuda = self.config.policy.device == "cuda"
+        device = "cuda" if wants_cuda and torch.cuda.is_available() else "cpu"
         found = evaluate_checkpoint(
-            hf_path, self.evaluator, self.config.policy.generation.max_new_tokens, g.val_batch_size
+            hf_path,
+            self.evaluator,
+            self.config.policy.generation.max_new_tokens,
+            g.val_batch_size,
+            device,
         )
         log.info(
             "exported checkpoint under transformers.generate: held-out accuracy %.3f (greedy, "
-            "%.0f s)",
+            "%.0f s on %s)",
             found["validation/hf_accuracy"],
             time.perf_counter() - start,
+            device,
         )
         return found
 
@@ -347,11 +382,22 @@ class GRPOLoop:
             bar = tqdm(total=max_steps, initial=first - 1, desc="GRPO", unit="step", leave=True)
         result = RunResult(metrics_path=metrics_path)
         period = self.config.checkpointing.save_period
+        deadline = Deadline(must_save_by_seconds(self.config.checkpointing.checkpoint_must_save_by))
         at_start = self._evaluate(0) if first == 1 and self.config.grpo.val_at_start else {}
         try:
             for step in range(first, max_steps + 1):
                 self.current_step = step
                 record = self.step(step)
+                if step < max_steps and deadline.reached():
+                    self.last_step = step
+                    log.info(
+                        "mcore-grpo: checkpointing.checkpoint_must_save_by=%s is near after "
+                        "step %d (%.0f s in, %.0f s a step): the run ends here; --resume goes on",
+                        self.config.checkpointing.checkpoint_must_save_by,
+                        step,
+                        deadline.elapsed(),
+                        deadline.mean_step(),
+                    )
                 if step == 1:
                     record.update({f"{k}_at_start": v for k, v in at_start.items()})
                 if self._evaluates_after(step):
@@ -368,12 +414,15 @@ class GRPOLoop:
                     self.on_step(record)
                 if self.config.checkpointing.enabled and period > 0 and step % period == 0:
                     result.checkpoint_path = self.save(step)
+                if step == self.last_step:
+                    break
         finally:
             if bar is not None:
                 bar.close()
-        saved_last = period > 0 and max_steps % period == 0  # the loop saved it already
-        if self.config.checkpointing.enabled and first <= max_steps and not saved_last:
-            result.checkpoint_path = self.save(max_steps)
+        last = self.last_step
+        saved_last = period > 0 and last % period == 0  # the loop saved it already
+        if self.config.checkpointing.enabled and first <= last and not saved_last:
+            result.checkpoint_path = self.save(last)
         if self.export_hf_dir is not None:
             result.hf_path = self.export(self.export_hf_dir)
         elif self.config.checkpointing.save_consolidated and result.checkpoint_path is not None:

@@ -94,6 +94,10 @@ def cpu_overrides(config: RunConfig, workers: int, output_dir: Path) -> list[str
         "checkpointing.keep_top_k": config.checkpointing.keep_top_k,
         "checkpointing.save_consolidated": config.checkpointing.save_consolidated,
     }
+    if config.checkpointing.checkpoint_must_save_by is not None:  # NeMo-RL's own key
+        settings["checkpointing.checkpoint_must_save_by"] = (
+            f"'{config.checkpointing.checkpoint_must_save_by}'"  # quoted: Hydra reads ':'
+        )
     return [f"{key}={_value(value)}" for key, value in settings.items()]
 
 

@@ -140,3 +140,33 @@ def test_without_a_kl_term_the_reference_forward_is_skipped(
     assert no_kl["kl"] == 0.0 and no_kl["kl_penalty"] == 0.0
     assert no_kl["reward_mean"] == with_kl["reward_mean"]
     assert no_kl["loss"] == pytest.approx(with_kl["loss"], abs=1e-6)
+
+
+@pytest.mark.cpu_only(reason=CPU_PRESET)
+def test_checkpoint_must_save_by_ends_the_run_early_as_a_last_step(
+    tmp_path: Path, short: list[str]
+) -> None:
+    # A limit already passed: the run ends after its first step, as after grpo.max_num_steps
+    # (held-out evaluation, checkpoint); --resume goes on to the configured last step.
+    out = tmp_path / "run"
+    limited = [*short, "grpo.max_num_steps=4", "checkpointing.checkpoint_must_save_by=00:00:00:00"]
+    _run(out, limited)
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1]
+    assert find_latest(out).step == 1
+    _run(out, [*short, "grpo.max_num_steps=4"], resume=True)
+    assert find_latest(out).step == 4
+
+
+def test_checkpoint_must_save_by_reads_as_nemo_rl_reads_it() -> None:
+    from mcore_grpo.grpo.schema import ConfigError, must_save_by_seconds
+    from mcore_grpo.nemo_rl_driver.source import require_nemo_rl
+
+    require_nemo_rl()
+    from nemo_rl.utils.timer import convert_to_seconds
+
+    for text in ("00:03:45:00", "01:00:00:07", "00:00:08:00"):
+        assert must_save_by_seconds(text) == convert_to_seconds(text)
+    assert must_save_by_seconds(None) is None
+    with pytest.raises(ConfigError, match=r"checkpoint_must_save_by='3h'.*DD:HH:MM:SS"):
+        must_save_by_seconds("3h")

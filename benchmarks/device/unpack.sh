@@ -1,0 +1,10 @@
+# Sourced ON the lent GPU machine by gpu_check.sh and real_model.sh: unpacks the bundle that
+# bundle.sh made (.device/) into $work and puts the sources and packages on PYTHONPATH.
+OUT=${OUT:-/tmp/gpu-check-out}
+mkdir -p "$OUT"
+work=/tmp/mcore-device
+rm -rf "$work/src" "$work/site" && mkdir -p "$work/src" "$work/site"
+tar xzf .device/src.tar.gz -C "$work/src" || { echo "no .device/src.tar.gz: carry .device" >&2; exit 2; }
+tar xzf .device/site.tar.gz -C "$work/site" || { echo "no .device/site.tar.gz: rerun bundle.sh" >&2; exit 2; }
+export PYTHONPATH="$PWD:$PWD/integration:$work/src:$work/site"
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
