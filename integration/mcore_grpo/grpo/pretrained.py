@@ -77,6 +77,15 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
         if tokenizer is None:
             raise ConfigError(f"{gguf}: transformers found no tokenizer in the GGUF metadata")
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        # The weights are dequantised, but transformers >= 5.1x keeps the model marked as
+        # GGUF-quantised and refuses to save it: a plain model of the same config takes them.
+        config = model.config
+        if getattr(config, "quantization_config", None) is not None:
+            del config.quantization_config
+        plain = AutoModelForCausalLM.from_config(config, dtype=next(model.parameters()).dtype)
+        plain.load_state_dict(model.state_dict())
+        plain.generation_config = model.generation_config
+        model = plain
         if "<|im_end|>" in tokenizer.get_vocab():
             tokenizer.add_special_tokens(CHAT_SPECIAL_TOKENS)  # type: ignore[arg-type]
             end = tokenizer.convert_tokens_to_ids("<|im_end|>")
