@@ -116,6 +116,8 @@ def config_and_interfaces() -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory() as tmp:
         master = master_config(load_config(), 2, Path(tmp), task_tokenizer())
+        limited = load_config(overrides=["checkpointing.checkpoint_must_save_by=00:01:02:03"])
+        limit = master_config(limited, 2, Path(tmp), task_tokenizer()).checkpointing
     gen = master.policy["generation"]
     policy = object.__new__(NemoRLPolicy)
     nothing: Any = None  # each call must refuse before it reads its data
@@ -146,6 +148,8 @@ def config_and_interfaces() -> dict[str, Any]:
         "generation_abstract": inspect.isabstract(NemoRLGeneration),
         "unsupported_raised": sorted(raised),
         "unsupported_listed": sorted(UNSUPPORTED),
+        "checkpoint_must_save_by": limit["checkpoint_must_save_by"],
+        "default_must_save_by": master.checkpointing.get("checkpoint_must_save_by"),
     }
 
 

@@ -67,3 +67,6 @@ def test_master_config_and_interfaces(pieces: dict[str, Any]) -> None:
     assert cfg["gbs"] == 64 and cfg["token_level_loss"] and cfg["kl_penalty"] == 0.01
     assert not cfg["policy_abstract"] and not cfg["generation_abstract"]
     assert cfg["unsupported_raised"] == cfg["unsupported_listed"]
+    # NeMo-RL's own key reaches its grpo_train as the user typed it (its TimeoutChecker reads it)
+    assert cfg["checkpoint_must_save_by"] == "00:01:02:03"
+    assert cfg["default_must_save_by"] is None
