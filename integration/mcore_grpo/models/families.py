@@ -67,7 +67,20 @@ TINY_SIZES: dict[str, Any] = {
 }
 
 # Per-architecture settings on top of TINY_SIZES, each for a stated reason.
-OVERRIDES: dict[str, dict[str, Any]] = {}
+OVERRIDES: dict[str, dict[str, Any]] = {
+    # DeepSeek-V4's compressed layers use YaRN in every released checkpoint (Flash, Pro:
+    # factor 16 from 65,536 to 1,048,576 positions); the config class's default has plain RoPE.
+    # Kept, at the tiny model's length (factor x original = max_position_embeddings).
+    "DeepseekV4ForCausalLM": {
+        "rope_parameters": {
+            "rope_type": "yarn",
+            "factor": 16,
+            "original_max_position_embeddings": TINY_SIZES["max_position_embeddings"] // 16,
+            "beta_fast": 32,
+            "beta_slow": 1,
+        }
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -123,9 +136,10 @@ def tiny_config(arch: str) -> Any:
         # checkpoints set num_key_value_heads = num_attention_heads).
         sizes["head_dim"] = sizes["qk_rope_head_dim"]
         sizes["num_key_value_heads"] = sizes["num_attention_heads"]
-    layer_types = defaults.get("layer_types")
-    if layer_types:  # keep one layer of each kind the family interleaves
-        sizes["layer_types"] = [layer_types[0], layer_types[-1]]
+    for key in ("layer_types", "mlp_layer_types"):  # attention and MLP (dense / MoE) kinds
+        kinds = defaults.get(key)
+        if kinds:  # keep one layer of each kind the family interleaves
+            sizes[key] = [kinds[0], kinds[-1]]
     sizes.update(OVERRIDES.get(arch, {}))
     return config_class(architectures=[arch], **sizes)
 
