@@ -177,6 +177,20 @@ def _show(outcome: Outcome) -> str:
     return outcome.error or f"max |diff| = {outcome.value:.2e}"
 
 
+def regressions(baseline: dict[str, Any], doc: dict[str, Any]) -> list[str]:
+    """Rows that pass every column in `baseline` and not in `doc`, each with what it shows now."""
+    now = {row["architecture"]: row for row in doc["rows"]}
+    lost = []
+    for row in baseline["rows"]:
+        arch = row["architecture"]
+        if passes(row) and not passes(now.get(arch, {})):
+            errors = [
+                v["error"] for v in now.get(arch, {}).get("layouts", {}).values() if "error" in v
+            ]
+            lost.append(f"{arch}: {errors[0] if errors else 'a column over tolerance or missing'}")
+    return lost
+
+
 def passes(row: dict[str, Any]) -> bool:
     """Every column of an in-matrix row passed."""
     if not row.get("in_matrix") or "export" not in row:
@@ -341,7 +355,8 @@ def check(json_path: Path, markdown_path: Path) -> list[str]:
     return problems
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The CLI's arguments (the nightly workflow's invocation is checked against them)."""
     parser = argparse.ArgumentParser(
         prog="python -m mcore_grpo.models.matrix", description=__doc__.split("\n")[0]
     )
@@ -368,7 +383,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="only check the page is current; exit 1 naming what is stale",
     )
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="after measuring, exit 1 naming every row that passes in this JSON and no longer "
+        "does (the nightly full run against the committed docs/models.json)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     from mcore_grpo.models import families, page
     from mcore_grpo.worker.bridge_source import import_auto_bridge
 
@@ -404,6 +429,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"models: {ok} of {len(in_matrix)} pass every column; wrote {args.json} and {args.markdown}",
         file=sys.stderr,
     )
+    if args.baseline is not None:
+        lost = regressions(json.loads(args.baseline.read_text()), doc)
+        for line in lost:
+            print(f"models: regression: {line}", file=sys.stderr)
+        return 1 if lost else 0
     return 0
 
 

@@ -73,3 +73,18 @@ def test_a_failure_is_one_line_naming_where() -> None:
     assert "\n" not in line
     assert line.startswith("AttributeError: ")
     assert "(megatron/core/transformer/torch_norm.py:" in line
+
+
+def test_regressions_name_rows_that_passed_and_no_longer_do() -> None:
+    from mcore_grpo.models.matrix import regressions
+
+    baseline = json.loads(matrix.JSON_PATH.read_text())
+    passing = [row for row in baseline["rows"] if matrix.passes(row)]
+    assert passing, "the committed page has passing rows"
+    assert regressions(baseline, baseline) == []
+    broken = json.loads(matrix.JSON_PATH.read_text())
+    first = next(row for row in broken["rows"] if row["architecture"] == passing[0]["architecture"])
+    first["layouts"]["TP=1"] = {"error": "RuntimeError: broken (x.py:1)"}
+    assert regressions(baseline, broken) == [
+        f"{passing[0]['architecture']}: RuntimeError: broken (x.py:1)"
+    ]

@@ -1,0 +1,38 @@
+"""The nightly model-matrix workflow (.github/workflows/models.yml), checked without a runner.
+
+No runner and no network here, so the workflow never runs on these machines; what can be
+checked is: it parses, each `run:` script is valid bash, and its matrix invocation is accepted
+by the real CLI, against the committed page as the baseline.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from pathlib import Path
+
+import yaml
+from mcore_grpo.models.matrix import build_parser
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOW = ROOT / ".github" / "workflows" / "models.yml"
+
+
+def _steps() -> list[dict[str, object]]:
+    data = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
+    return data["jobs"]["models"]["steps"]
+
+
+def test_every_run_script_is_valid_bash() -> None:
+    scripts = [str(step["run"]) for step in _steps() if "run" in step]
+    assert scripts
+    for script in scripts:
+        subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+
+
+def test_the_matrix_invocation_is_accepted_by_the_cli() -> None:
+    script = next(str(s["run"]) for s in _steps() if "whole matrix" in str(s.get("name", "")))
+    command = shlex.split(script.split("mcore_grpo.models.matrix", 1)[1].replace("\\\n", " "))
+    args = build_parser().parse_args(command)
+    assert args.baseline == Path("docs/models.json") and not args.arch and not args.check
+    assert args.json != Path("docs/models.json")  # the committed page is the baseline, not output
