@@ -29,6 +29,7 @@ import torch
 from mcore_grpo.grpo import checkpoint
 from mcore_grpo.grpo.advantages import group_advantages
 from mcore_grpo.grpo.config_loader import dump_yaml
+from mcore_grpo.grpo.deadline import Deadline, must_save_by_seconds
 from mcore_grpo.grpo.evaluation import Evaluator
 from mcore_grpo.grpo.messages import GenerateResult, GroupSpec, TrainResult, TrainShard
 from mcore_grpo.grpo.metrics import (
@@ -39,7 +40,7 @@ from mcore_grpo.grpo.metrics import (
     train_metrics,
 )
 from mcore_grpo.grpo.runner import Runner
-from mcore_grpo.grpo.schema import RunConfig, check_data_parallel, must_save_by_seconds
+from mcore_grpo.grpo.schema import RunConfig, check_data_parallel
 from mcore_grpo.grpo.task import Task
 
 log = logging.getLogger("mcore_grpo")
@@ -101,30 +102,6 @@ class ReplicaLayout:
     def per_replica(self, per_rank: list[Any]) -> list[Any]:
         """One result per replica (its first rank's), in replica order."""
         return [per_rank[self.first_rank(d)] for d in range(self.dp)]
-
-
-class Deadline:
-    """NeMo-RL's `TimeoutChecker` with ``fit_last_save_time``: reached once the time since the
-    run began plus a mean step would pass the limit (so the save lands before it)."""
-
-    def __init__(self, limit_s: int | None) -> None:
-        self.limit_s = limit_s
-        self.start = time.monotonic()
-        self.last = self.start
-        self.steps: list[float] = []
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.start
-
-    def mean_step(self) -> float:
-        return sum(self.steps) / len(self.steps) if self.steps else 0.0
-
-    def reached(self) -> bool:
-        """Mark a step's end; whether the run must end after it."""
-        now = time.monotonic()
-        self.steps.append(now - self.last)
-        self.last = now
-        return self.limit_s is not None and self.elapsed() + self.mean_step() >= self.limit_s
 
 
 class GRPOLoop:

@@ -285,26 +285,10 @@ class CheckpointingSection:
     # holds the policy as a Hugging Face checkpoint (`hf/`, exported through Megatron-Bridge,
     # tokenizer included), so the last one is the trained model in HF format. HF models only.
     save_consolidated: bool = False
-    # NeMo-RL's key: "DD:HH:MM:SS" after the run starts by which it must have saved (a job's
-    # time limit). The step after which one more mean step would pass it is the last: the run
-    # ends there as at grpo.max_num_steps (held-out evaluation, checkpoint, export), and
-    # `--resume` goes on. None: no limit. Leave room for the end-of-run evaluation.
+    # NeMo-RL's key: "DD:HH:MM:SS" after the start by which the run saves (a job's time limit):
+    # the step after which one more mean step would pass it ends the run as its last step
+    # (evaluation, checkpoint, export; leave room for them); `--resume` goes on. None: no limit.
     checkpoint_must_save_by: str | None = None
-
-
-def must_save_by_seconds(text: str | None) -> int | None:
-    """``checkpointing.checkpoint_must_save_by`` in seconds, as NeMo-RL's `convert_to_seconds`
-    reads it; None when unset."""
-    if text is None:
-        return None
-    parts = str(text).split(":")
-    if len(parts) != 4 or not all(part.isdigit() for part in parts):
-        raise ConfigError(
-            f"checkpointing.checkpoint_must_save_by={text!r}: use NeMo-RL's 'DD:HH:MM:SS', "
-            "e.g. '00:03:45:00' for 3 h 45 min"
-        )
-    days, hours, minutes, seconds = (int(part) for part in parts)
-    return days * 86400 + hours * 3600 + minutes * 60 + seconds
 
 
 @dataclass
@@ -383,7 +367,9 @@ def validate(config: RunConfig) -> None:
             raise ConfigError(f"{key}={seconds}: must be a number of seconds > 0")
     if config.cluster.num_nodes < 1:
         raise ConfigError(f"cluster.num_nodes={config.cluster.num_nodes}: must be >= 1")
-    must_save_by_seconds(config.checkpointing.checkpoint_must_save_by)
+    from mcore_grpo.grpo.deadline import must_save_by_seconds  # it raises this module's error
+
+    must_save_by_seconds(config.checkpointing.checkpoint_must_save_by)  # refuses a bad value
     if config.checkpointing.save_period < 0:
         raise ConfigError(
             f"checkpointing.save_period={config.checkpointing.save_period}: must be >= 0 "

@@ -159,7 +159,8 @@ def test_checkpoint_must_save_by_ends_the_run_early_as_a_last_step(
 
 
 def test_checkpoint_must_save_by_reads_as_nemo_rl_reads_it() -> None:
-    from mcore_grpo.grpo.schema import ConfigError, must_save_by_seconds
+    from mcore_grpo.grpo.deadline import must_save_by_seconds
+    from mcore_grpo.grpo.schema import ConfigError
     from mcore_grpo.nemo_rl_driver.source import require_nemo_rl
 
     require_nemo_rl()
