@@ -55,3 +55,19 @@ def mcore_device(mcore_parallel: None) -> Iterator[str]:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     with cpu_device(device):
         yield device
+
+
+@pytest.fixture
+def gloo_world() -> Iterator[None]:
+    """A world-size-1 gloo group without megatron-core's parallel state, for checks that set up
+    their own layout (`mcore_grpo.models.checks`, as the model matrix's ranks do)."""
+    import torch.distributed as dist
+
+    created = not dist.is_initialized()
+    if created:
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(free_port()))
+        dist.init_process_group("gloo", rank=0, world_size=1)
+    yield
+    if created:
+        dist.destroy_process_group()

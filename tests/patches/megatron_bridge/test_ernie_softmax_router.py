@@ -10,31 +10,10 @@ Megatron-LM patch that allows an expert bias with softmax scores.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
-import pytest
 import torch
-
-
-@pytest.fixture
-def gloo_world() -> Iterator[None]:
-    """A world-size-1 gloo group without megatron-core's parallel state (the check sets up its
-    own layout, as the model matrix's ranks do)."""
-    import torch.distributed as dist
-
-    from tests.support.ports import free_port
-
-    created = not dist.is_initialized()
-    if created:
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(free_port()))
-        dist.init_process_group("gloo", rank=0, world_size=1)
-    yield
-    if created:
-        dist.destroy_process_group()
 
 
 def _checkpoint(path: Path) -> int:

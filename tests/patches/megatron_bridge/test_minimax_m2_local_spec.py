@@ -12,8 +12,6 @@ checkpoint builds on CPU and its logits equal transformers'.
 from __future__ import annotations
 
 import importlib.util
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,24 +20,6 @@ pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("transformer_engine") is not None,
     reason="Transformer Engine is installed here: the TE spec builds",
 )
-
-
-@pytest.fixture
-def gloo_world() -> Iterator[None]:
-    """A world-size-1 gloo group without megatron-core's parallel state (the check sets up its
-    own layout, as the model matrix's ranks do)."""
-    import torch.distributed as dist
-
-    from tests.support.ports import free_port
-
-    created = not dist.is_initialized()
-    if created:
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(free_port()))
-        dist.init_process_group("gloo", rank=0, world_size=1)
-    yield
-    if created:
-        dist.destroy_process_group()
 
 
 def test_minimax_m2_builds_on_local_spec_and_matches_transformers(
