@@ -59,15 +59,28 @@ def mcore_device(mcore_parallel: None) -> Iterator[str]:
 
 @pytest.fixture
 def gloo_world() -> Iterator[None]:
-    """A world-size-1 gloo group without megatron-core's parallel state, for checks that set up
-    their own layout (`mcore_grpo.models.checks`, as the model matrix's ranks do)."""
+    """A world-size-1 gloo group WITHOUT megatron-core's parallel state, for checks that set up
+    their own layout (`mcore_grpo.models.checks`, as the model matrix's ranks do). The session's
+    `mcore_parallel` state, when another test made it, is set aside and restored after."""
     import torch.distributed as dist
+    from mcore_grpo.worker.cpu import model_parallel_seed
+    from megatron.core import parallel_state
 
     created = not dist.is_initialized()
     if created:
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(free_port()))
         dist.init_process_group("gloo", rank=0, world_size=1)
+    had_state = parallel_state.model_parallel_is_initialized()
+    if had_state:
+        parallel_state.destroy_model_parallel()
     yield
+    if parallel_state.model_parallel_is_initialized():
+        parallel_state.destroy_model_parallel()
+    if had_state:  # as mcore_parallel made it
+        parallel_state.initialize_model_parallel(
+            tensor_model_parallel_size=1, pipeline_model_parallel_size=1
+        )
+        model_parallel_seed(1234, "cuda" if torch.cuda.is_available() else "cpu")
     if created:
         dist.destroy_process_group()
