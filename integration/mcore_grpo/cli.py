@@ -334,7 +334,7 @@ def run_nemo_rl_driver(args: argparse.Namespace, config: RunConfig, output_dir: 
     except NemoRLUnavailable as err:
         print(f"mcore-grpo: --driver nemo-rl: {err}", file=sys.stderr)
         return 2
-    except (ConfigError, ValueError) as err:
+    except (ConfigError, ValueError, PlacementError) as err:
         print(f"mcore-grpo: {err}", file=sys.stderr)
         return 2
     except WorkerFailed as err:

@@ -20,7 +20,7 @@ import socket
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 PLACEMENT_FILE = "placement.json"  # in the run's output directory
 PLACEMENT_TIMEOUT_S = 180.0  # NeMo-RL's RayVirtualCluster waits as long for its groups
@@ -61,6 +61,47 @@ def bundle_of(rank: int, per_node: int) -> tuple[int, int]:
     return rank // per_node, rank % per_node
 
 
+class Placement(Protocol):
+    """The placement groups of one run: which bundle holds each rank, where the ranks meet.
+
+    Two implementations: `NodeGroups` (this module, the mcore driver's) and NeMo-RL's own
+    `RayVirtualCluster` behind `mcore_grpo.nemo_rl_driver.cluster.VirtualClusterPlacement`.
+    """
+
+    def groups(self) -> list[Any]:
+        """The ready placement groups, one per node, in rank order."""
+        ...
+
+    def rendezvous(self) -> tuple[str, int]:
+        """The IP and a free port of the node holding rank 0."""
+        ...
+
+    def release(self) -> None:
+        """Remove the placement groups (their actors are already gone)."""
+        ...
+
+
+class NodeGroups:
+    """One STRICT_PACK placement group per node, reserved at construction (`reserve`)."""
+
+    def __init__(self, ray: Any, world_size: int, num_nodes: int, gpu: bool) -> None:
+        self._ray = ray
+        self._groups = reserve(ray, world_size, num_nodes, gpu)
+
+    def groups(self) -> list[Any]:
+        """The groups, one per node."""
+        return self._groups
+
+    def rendezvous(self) -> tuple[str, int]:
+        """Found by a task in group 0's bundle 0 (`rendezvous`)."""
+        return rendezvous(self._ray, self._groups[0])
+
+    def release(self) -> None:
+        """Remove the groups; a second call does nothing."""
+        release(self._groups)
+        self._groups = []
+
+
 def reserve(ray: Any, world_size: int, num_nodes: int, gpu: bool) -> list[Any]:
     """One ready placement group per node; the cluster's resources named if it cannot."""
     from ray.util.placement_group import placement_group, remove_placement_group
@@ -76,18 +117,23 @@ def reserve(ray: Any, world_size: int, num_nodes: int, gpu: bool) -> list[Any]:
     except Exception as err:
         for group in groups:
             remove_placement_group(group)
-        nodes = [n for n in ray.nodes() if n.get("Alive")]
-        have = ", ".join(
-            f"{n['NodeManagerAddress']}: {n['Resources'].get('CPU', 0):g} CPU "
-            f"{n['Resources'].get('GPU', 0):g} GPU"
-            for n in nodes
-        )
         raise PlacementError(
             f"the Ray cluster could not place {num_nodes} node(s) x {per_node} worker(s) of "
             f"{bundle} each within {PLACEMENT_TIMEOUT_S:.0f} s ({type(err).__name__}); its live "
-            f"nodes: {have or 'none'}. Lower --workers or cluster.num_nodes, or add nodes"
+            f"nodes: {live_nodes(ray)}. Lower --workers or cluster.num_nodes, or add nodes"
         ) from None
     return groups
+
+
+def live_nodes(ray: Any) -> str:
+    """``10.0.0.1: 16 CPU 8 GPU, ...`` for the cluster's live nodes (for error lines)."""
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    have = ", ".join(
+        f"{n['NodeManagerAddress']}: {n['Resources'].get('CPU', 0):g} CPU "
+        f"{n['Resources'].get('GPU', 0):g} GPU"
+        for n in nodes
+    )
+    return have or "none"
 
 
 def release(groups: list[Any]) -> None:

@@ -17,16 +17,19 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from mcore_grpo.grpo import fault, placement
+from mcore_grpo.grpo.cluster_attach import attach
 from mcore_grpo.grpo.local_ray import start_local_ray, stop_local_ray
 from mcore_grpo.grpo.messages import TaskTokens
-from mcore_grpo.grpo.placement import WorkerPlace, free_port
+from mcore_grpo.grpo.placement import NodeGroups, Placement, WorkerPlace, free_port
 from mcore_grpo.grpo.rank import PolicyRank
 from mcore_grpo.grpo.schema import RunConfig
-from mcore_grpo.run_output import ray_runtime_env, route_ray_logger
+
+# Reserves a run's placement groups: (ray, world_size, num_nodes, gpu) -> Placement.
+PlacementFactory = Callable[[Any, int, int, bool], Placement]
 
 
 class WorkerFailed(RuntimeError):
@@ -87,8 +90,10 @@ class RayRunner:
         fail_at_rank: int | None = None,
         fail_at_step: int | None = None,
         rank_cls: type[PolicyRank] = PolicyRank,
+        placement_factory: PlacementFactory = NodeGroups,
     ) -> None:
-        """`rank_cls`: the actor class (a `PolicyRank`; NeMo-RL's driver passes its subclass)."""
+        """`rank_cls`: the actor class (a `PolicyRank`; NeMo-RL's driver passes its subclass);
+        `placement_factory`: who reserves the nodes (NeMo-RL's driver: its `RayVirtualCluster`)."""
         # The actors run this driver's own interpreter (the project venv). Ray's default
         # `uv run` integration would instead re-launch workers through an ancestor `uv run`
         # (e.g. `uv run pytest`) from another working directory, where they find no ray
@@ -106,25 +111,23 @@ class RayRunner:
         per_node = placement.ranks_per_node(world_size, config.cluster.num_nodes)
         if not ray.is_initialized():
             if address:
-                route_ray_logger()
-                ray.init(address=address, log_to_driver=True, runtime_env=ray_runtime_env())
+                attach(ray, address)
             else:
                 start_local_ray(world_size)
             self._started_ray = True
         self.actors: list[Any] = []
         self.places: list[WorkerPlace] = []
-        self.groups: list[Any] = []
+        self.placement: Placement | None = None
         try:
-            self.groups = placement.reserve(ray, world_size, config.cluster.num_nodes, gpu)
-            host, port = placement.rendezvous(ray, self.groups[0])
+            self.placement = placement_factory(ray, world_size, config.cluster.num_nodes, gpu)
+            groups = self.placement.groups()
+            host, port = self.placement.rendezvous()
             # Each CPU actor gets an equal share of its node's cores for its torch threads.
             threads = None if gpu else max(1, (os.cpu_count() or 1) // per_node)
             actor_cls = ray.remote(num_cpus=1, num_gpus=1 if gpu else 0, max_restarts=0)(rank_cls)
             for rank in range(world_size):
                 group, bundle = placement.bundle_of(rank, per_node)
-                options = {
-                    "scheduling_strategy": placement.strategy_for(self.groups[group], bundle)
-                }
+                options = {"scheduling_strategy": placement.strategy_for(groups[group], bundle)}
                 self.actors.append(
                     actor_cls.options(**options).remote(  # type: ignore[attr-defined]
                         config,
@@ -183,9 +186,9 @@ class RayRunner:
         """Kill the actors, free their placement and stop Ray if this runner started it."""
         if self.actors:
             self.kill()
-        if self.groups:
-            placement.release(self.groups)
-            self.groups = []
+        if self.placement is not None:
+            self.placement.release()
+            self.placement = None
         if self._started_ray and self._ray.is_initialized():
             # Give the raylet a moment to reap the actors before shutting it down.
             time.sleep(0.1)

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mcore_grpo.grpo import placement
 from mcore_grpo.grpo.schema import RunConfig
 from mcore_grpo.nemo_rl_driver import source
 
@@ -61,6 +62,7 @@ def run(
     pieces = setup_run(config, workers, output_dir)
     hf_path = None
     try:
+        log.info("mcore-grpo: %s", placement.record(pieces.policy.runner.places, output_dir))
         pieces.train()
         if export_hf is not None:
             hf_path = Path(pieces.policy.export_hf(str(export_hf.resolve())))

@@ -1,7 +1,9 @@
 """The pieces `grpo_train` takes, built as NeMo-RL's `setup()` builds them, on CPU actors.
 
 NeMo-RL's `setup()` places its workers on a `RayVirtualCluster(use_gpus=True)`; here the same
-pieces come from NeMo-RL's own classes where NeMo-RL has them -- `MasterConfig`, `Logger`,
+pieces come from NeMo-RL's own classes where NeMo-RL has them -- the `RayVirtualCluster`
+(`cluster.VirtualClusterPlacement`, on this machine's Ray or the cluster at ``RAY_ADDRESS``),
+`MasterConfig`, `Logger`,
 `CheckpointManager` and the GRPO save state, `ClippedPGLossFn`, `AllTaskProcessedDataset` in a
 `StatefulDataLoader`, the Megatron weight synchronizer -- and from this package where the
 worker is ours: the policy and its colocated generation over `NemoRLRank` actors (CPU, gloo),
@@ -85,6 +87,7 @@ def setup_run(config: RunConfig, workers: int, output_dir: Path) -> NemoRLRun:
     from nemo_rl.utils.logger import Logger
     from nemo_rl.weight_sync.factory import create_weight_synchronizer
 
+    from mcore_grpo.nemo_rl_driver.cluster import VirtualClusterPlacement
     from mcore_grpo.nemo_rl_driver.environment import start_environment, start_math_environment
     from mcore_grpo.nemo_rl_driver.generation import NemoRLGeneration
     from mcore_grpo.nemo_rl_driver.policy import NemoRLPolicy
@@ -130,15 +133,13 @@ def setup_run(config: RunConfig, workers: int, output_dir: Path) -> NemoRLRun:
     tokens = TaskTokens.of(task)
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # inherited by the actors
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")  # see mcore_grpo.grpo.runner
-    if os.environ.get(ADDRESS_ENV):
-        raise ConfigError(
-            f"{ADDRESS_ENV}={os.environ[ADDRESS_ENV]}: --driver nemo-rl runs on a Ray of its own "
-            f"on this machine; unset {ADDRESS_ENV}, or attach to the cluster with the mcore "
-            "driver (docs/cluster.md)"
-        )
-    # NeMo-RL's math environment and its verifier are actors of one (logical) CPU each.
-    start_local_ray(workers, extra_cpus=2 if math else 0)
-    runner = RayRunner(config, tokens, workers, rank_cls=NemoRLRank)
+    if not os.environ.get(ADDRESS_ENV):
+        # NeMo-RL's math environment and its verifier are actors of one (logical) CPU each;
+        # on a cluster (RAY_ADDRESS) the runner attaches and the cluster must hold them.
+        start_local_ray(workers, extra_cpus=2 if math else 0)
+    runner = RayRunner(
+        config, tokens, workers, rank_cls=NemoRLRank, placement_factory=VirtualClusterPlacement
+    )
     policy = NemoRLPolicy(runner, dp, tokenizer, master.policy)
     try:
         generation = NemoRLGeneration(policy, master.policy["generation"], config.grpo.seed)

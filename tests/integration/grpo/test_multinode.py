@@ -1,7 +1,9 @@
 """GRPO on a Ray cluster of two nodes (a head and one more raylet, both on this machine, each
-with one CPU): the ranks land one per node, the metrics equal a one-node run of the same
-layout, and each fault ends the run in one line naming the lost worker, the last checkpoint
-and the ``--resume`` command, which then reproduces the uninterrupted run.
+with one CPU, joined by Ray's token authentication): the ranks land one per node under both
+drivers (the nemo-rl driver through NeMo-RL's own `RayVirtualCluster`), the metrics equal a
+one-node run of the same layout, a driver without the cluster's token is refused in one line,
+and each fault ends the run in one line naming the lost worker, the last checkpoint and the
+``--resume`` command, which then reproduces the uninterrupted run.
 
 Both nodes share this machine's IP, so "which node" is Ray's node id, not the address; the
 rendezvous is still the node IP Ray reports for rank 0's node (never ``localhost``).
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -20,9 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcore_grpo.grpo.cluster_attach import TOKEN_HINT
 from mcore_grpo.grpo.local_ray import NICENESS_ENV
+from mcore_grpo.nemo_rl_driver.run_metrics import read_scalars
 
 from tests.integration.grpo.conftest import SHORT
+from tests.support.cli_run import needs_nemo_rl
 
 pytestmark = [
     pytest.mark.cpu_only(reason="runs the cpu-tiny preset (policy.device=cpu) on Ray CPU nodes"),
@@ -73,15 +79,30 @@ class TwoNodes:
         self.cluster.shutdown()
 
 
+def _reset_ray_auth() -> None:
+    """Ray caches the token (and whether auth is on) per process; the pytest process starts the
+    cluster, so it must read this module's token, and forget it afterwards."""
+    from ray._private.authentication_test_utils import reset_auth_token_state
+
+    reset_auth_token_state()
+
+
 @pytest.fixture(scope="module")
 def two_nodes() -> Iterator[TwoNodes]:
     with pytest.MonkeyPatch.context() as env:
         env.setenv(NICENESS_ENV, "0")  # as start_local_ray does: see local_ray.py
+        # Token authentication, as `ray start` clusters use it: every node and every driver
+        # (the runs below inherit this environment) hold the same token.
+        env.setenv("RAY_AUTH_MODE", "token")
+        env.setenv("RAY_AUTH_TOKEN", secrets.token_hex(32))
+        env.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
+        _reset_ray_auth()
         nodes = TwoNodes()
         try:
             yield nodes
         finally:
             nodes.shutdown()
+    _reset_ray_auth()
 
 
 def _env(address: str | None) -> dict[str, str]:
@@ -97,9 +118,11 @@ def _cmd(out: Path, *extra: str) -> list[str]:
     return [*cmd, "--output-dir", str(out), *extra]
 
 
-def _run(out: Path, address: str | None, *extra: str) -> subprocess.CompletedProcess[str]:
+def _run(
+    out: Path, address: str | None, *extra: str, run: list[str] = RUN
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        _cmd(out, *extra, *RUN),
+        _cmd(out, *extra, *run),
         env=_env(address),
         capture_output=True,
         text=True,
@@ -140,12 +163,88 @@ def test_ranks_land_one_per_node_and_match_a_one_node_run(
     assert _metrics(one_node) == _metrics(uninterrupted)
 
 
+@pytest.mark.timeout(300)
+def test_a_driver_without_the_clusters_token_is_refused_in_one_line(
+    two_nodes: TwoNodes, tmp_path: Path
+) -> None:
+    env = {k: v for k, v in _env(two_nodes.address).items() if not k.startswith("RAY_AUTH_")}
+    env["HOME"] = str(tmp_path)  # nor a token in ~/.ray/auth_token
+    done = subprocess.run(
+        _cmd(tmp_path / "run", *RUN), env=env, capture_output=True, text=True, timeout=240
+    )
+    assert done.returncode == 2, done.stderr[-3000:]
+    ours = [line for line in done.stderr.splitlines() if line.startswith("mcore-grpo: ")]
+    assert ours == [
+        f"mcore-grpo: could not attach to the Ray cluster at {two_nodes.address} "
+        f"(RAY_ADDRESS): {TOKEN_HINT}"
+    ]
+    assert "Traceback" not in done.stderr
+
+
+NEMO_RL = ["--driver", "nemo-rl"]
+NEMO_RL_RUN = [*SHORT, "cluster.num_nodes=2"]  # 3 steps; this driver does not resume
+
+
+def _nemo_rl_train_scalars(out: Path) -> dict[str, list[tuple[int, float]]]:
+    """NeMo-RL's logged ``train/*`` scalars (its timings and throughputs are elsewhere)."""
+    return {k: v for k, v in read_scalars(out / "logs").items() if k.startswith("train/")}
+
+
+@needs_nemo_rl
+@pytest.mark.timeout(900)
+def test_nemo_rl_driver_places_through_its_virtual_cluster_one_rank_per_node(
+    two_nodes: TwoNodes, tmp_path: Path
+) -> None:
+    two_nodes.ensure_two()
+    on_cluster = tmp_path / "two-nodes"
+    done = _run(on_cluster, two_nodes.address, *NEMO_RL, run=NEMO_RL_RUN)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "driver nemo-rl: nemo_rl.algorithms.grpo.grpo_train" in done.stderr + done.stdout
+    places = _places(on_cluster)
+    assert [p["rank"] for p in places] == [0, 1]
+    assert {p["node_id"] for p in places} == two_nodes.node_ids()
+    assert all(p["node_ip"] not in ("127.0.0.1", "localhost") for p in places)
+
+    one_node = tmp_path / "one-node"
+    done = _run(one_node, None, *NEMO_RL, run=NEMO_RL_RUN)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len({p["node_id"] for p in _places(one_node)}) == 1
+    scalars = _nemo_rl_train_scalars(on_cluster)
+    assert [step for step, _ in scalars["train/reward"]] == [1, 2, 3]
+    assert scalars == _nemo_rl_train_scalars(one_node)
+
+
+@needs_nemo_rl
+@pytest.mark.timeout(300)
+def test_nemo_rl_driver_refuses_a_layout_the_cluster_cannot_hold_in_one_line(
+    two_nodes: TwoNodes, tmp_path: Path
+) -> None:
+    two_nodes.ensure_two()
+    # NeMo-RL retries 6 times (1 + 2 + ... + 32 s of sleeps) before it gives up; once here.
+    env = {**_env(two_nodes.address), "NRL_VIRTUAL_CLUSTER_MAX_RETRIES": "1"}
+    cmd = [*_cmd(tmp_path / "run", *NEMO_RL, *NEMO_RL_RUN), "--workers", "4"]
+    cmd += ["policy.train_micro_batch_size=2", "policy.logprob_batch_size=4"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 2, done.stderr[-3000:]
+    ours = [line for line in done.stderr.splitlines() if line.startswith("mcore-grpo: ")]
+    assert len(ours) == 1, done.stderr[-3000:]
+    ip = two_nodes.address.split(":")[0]
+    assert ours[0] == (
+        "mcore-grpo: NeMo-RL's RayVirtualCluster could not place 2 node(s) x 2 worker(s) "
+        f"(1 CPU each; ResourceInsufficientError); its live nodes: {ip}: 1 CPU 0 GPU, "
+        f"{ip}: 1 CPU 0 GPU. Lower --workers or cluster.num_nodes, or add nodes"
+    )
+    # NeMo-RL's own account of the shortage is printed above the line.
+    assert "Requested 4 CPUs, but only 2 are available" in done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def _checkpoint_named(line: str) -> int:
     """The step of ``last checkpoint: step N (...)`` in the abort line."""
     return int(line.split("last checkpoint: step ")[1].split(" ")[0])
 
 
-def _start_until_step_2(out: Path, address: str, *args: str) -> subprocess.Popen[str]:
+def _start_until_step_2(out: Path, address: str | None, *args: str) -> subprocess.Popen[str]:
     """A run started on the cluster, returned once it has logged step 2 (stderr to a file)."""
     stderr_path = out.parent / f"{out.name}.stderr"
     with stderr_path.open("w") as stderr_file:
@@ -311,3 +410,42 @@ def test_a_killed_driver_leaves_no_worker_or_placement_behind(
         .splitlines()[-1]
     )
     assert set(json.loads(states)) <= {"REMOVED"}
+
+
+def _ray_processes() -> set[int]:
+    """Pids of live Ray processes: GCS, raylets, agents and workers (``ray::...`` titles)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        ray_process = cmdline.startswith(b"ray::") or any(
+            part in cmdline for part in (b"/raylet/raylet", b"/gcs/gcs_server")
+        )
+        if ray_process and state != "Z":
+            found.add(int(entry.name))
+    return found
+
+
+@pytest.mark.timeout(600)
+def test_a_killed_driver_of_its_own_local_ray_leaves_no_ray_process_behind(
+    tmp_path: Path,
+) -> None:
+    before = _ray_processes()  # the module's cluster, if it is up, is not this run's
+    out = tmp_path / "run"
+    proc = _start_until_step_2(out, None, *RUN, "cluster.num_nodes=1")
+    assert len(_policy_rank_processes()) == 2
+    proc.kill()
+    proc.wait(timeout=30)
+    killed_at = time.monotonic()
+    # Ray's GCS and raylet die with the driver (PR_SET_PDEATHSIG); its two agents notice the
+    # raylet's end through a pipe and exit within about a minute.
+    deadline = killed_at + 180
+    while _ray_processes() - before and time.monotonic() < deadline:
+        time.sleep(1)
+    print(f"\nlocal Ray gone {time.monotonic() - killed_at:.1f} s after the driver's SIGKILL")
+    assert _ray_processes() - before == set()
