@@ -68,13 +68,20 @@ def injected_failure() -> tuple[int | None, int | None]:
     return int(rank), int(step)
 
 
-def aborted_message(err: WorkerFailed, output_dir: Path, step: int | None, argv: list[str]) -> str:
+def aborted_message(
+    err: WorkerFailed,
+    output_dir: Path,
+    step: int | None,
+    argv: list[str],
+    found: tuple[int, Path] | None = None,
+) -> str:
     """The abort line: the cause, the step, the checkpoint to resume from and the command
-    (a raised worker's traceback follows on the next lines)."""
+    (a raised worker's traceback follows on the next lines). `found`: the checkpoint, where
+    it is not ours (`latest_step`), e.g. NeMo-RL's."""
     cause, _, traceback = str(err).partition("\n")
     at = f" at step {step}" if step is not None else ""
     command = "mcore-grpo " + shlex.join([a for a in argv if a != "--resume"])
-    found = latest_step(output_dir)
+    found = found or latest_step(output_dir)
     if found is None:
         then = f"no checkpoint was saved yet; run again with: {command}"
     else:
@@ -324,13 +331,14 @@ def run_nemo_rl_driver(args: argparse.Namespace, config: RunConfig, output_dir: 
     from mcore_grpo.nemo_rl_driver import driver
     from mcore_grpo.nemo_rl_driver.source import NemoRLUnavailable
 
-    if args.in_process or args.resume:
-        flag = "--in-process" if args.in_process else "--resume"
-        print(f"mcore-grpo: {flag} is not supported with --driver nemo-rl", file=sys.stderr)
+    if args.in_process:
+        print("mcore-grpo: --in-process is not supported with --driver nemo-rl", file=sys.stderr)
         return 2
     _log_run(args, config, output_dir)
     try:
-        result = driver.run(config, args.workers, output_dir, export_hf=args.export_hf)
+        result = driver.run(
+            config, args.workers, output_dir, export_hf=args.export_hf, resume=args.resume
+        )
     except NemoRLUnavailable as err:
         print(f"mcore-grpo: --driver nemo-rl: {err}", file=sys.stderr)
         return 2
@@ -338,7 +346,8 @@ def run_nemo_rl_driver(args: argparse.Namespace, config: RunConfig, output_dir: 
         print(f"mcore-grpo: {err}", file=sys.stderr)
         return 2
     except WorkerFailed as err:
-        print(f"mcore-grpo: run aborted: {err}", file=sys.stderr)
+        found = driver.latest_checkpoint(output_dir)
+        print(aborted_message(err, output_dir, None, sys.argv[1:], found), file=sys.stderr)
         return 1
     rewards = result.rewards
     log.info(

@@ -114,6 +114,20 @@ def save_reference(tmp_dir: Path, weights: Mapping[str, torch.Tensor]) -> dict[s
     return _save(tmp_dir / "reference.pt", weights)
 
 
+def resizable(state: Any) -> Any:
+    """`state` with each tensor whose storage `torch.load` made fixed-size copied into ordinary
+    memory: loaded optimizer state is kept as it is, and the worker's offload
+    (`mcore_grpo.worker.memory.offload`) frees a storage by resizing it to 0."""
+    from torch.utils._pytree import tree_map
+
+    def own(value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and not value.untyped_storage().resizable():
+            return value.clone()
+        return value
+
+    return tree_map(own, state)
+
+
 def _save(path: Path, obj: Mapping[str, Any]) -> dict[str, Any]:
     """Serialise once, hash those bytes, write and fsync them: the manifest entry."""
     buffer = io.BytesIO()

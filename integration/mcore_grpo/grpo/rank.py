@@ -250,7 +250,8 @@ class PolicyRank:
             Path(rank_file),
         )
         self.worker.policy.gpt.load_state_dict(state["model"])
-        for opt, opt_state in zip(self._inner_optimizers(), state["optimizer"], strict=True):
+        optimizer = checkpoint.resizable(state["optimizer"])
+        for opt, opt_state in zip(self._inner_optimizers(), optimizer, strict=True):
             opt.optimizer.load_state_dict(opt_state)
         reference = torch.load(reference_file, map_location="cpu", weights_only=True)
         held = self.worker.reference.state_dict()

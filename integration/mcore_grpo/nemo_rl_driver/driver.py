@@ -45,11 +45,29 @@ def source_description() -> str:
     return f"{root} @ {head}"
 
 
+def latest_checkpoint(output_dir: Path) -> tuple[int, Path] | None:
+    """(step, directory) of NeMo-RL's newest finished checkpoint (``checkpoints/step_<n>``:
+    its `CheckpointManager` writes ``tmp_step_<n>`` and renames it when complete)."""
+    root = output_dir / "checkpoints"
+    steps = [
+        (int(d.name.removeprefix("step_")), d)
+        for d in (root.iterdir() if root.is_dir() else [])
+        if d.name.startswith("step_") and d.name.removeprefix("step_").isdigit()
+    ]
+    return max(steps) if steps else None
+
+
 def run(
-    config: RunConfig, workers: int, output_dir: Path, export_hf: Path | None = None
+    config: RunConfig,
+    workers: int,
+    output_dir: Path,
+    export_hf: Path | None = None,
+    *,
+    resume: bool = False,
 ) -> NemoRLResult:
     """Train with NeMo-RL's `grpo_train`; raises `source.NemoRLUnavailable` without NeMo-RL.
-    `export_hf`: where the policy goes in Hugging Face format after training."""
+    `export_hf`: where the policy goes in Hugging Face format after training; `resume`: from
+    the newest NeMo-RL checkpoint in `output_dir`."""
     start = time.perf_counter()
     source.check_importable()
     log.info(
@@ -59,7 +77,9 @@ def run(
     from mcore_grpo.nemo_rl_driver.run_metrics import reward_curve
     from mcore_grpo.nemo_rl_driver.setup import setup_run
 
-    pieces = setup_run(config, workers, output_dir)
+    pieces = setup_run(config, workers, output_dir, resume=resume)
+    if resume:
+        log.info("resumed from step %d", pieces.save_state.current_step)
     hf_path = None
     try:
         log.info("mcore-grpo: %s", placement.record(pieces.policy.runner.places, output_dir))

@@ -219,6 +219,11 @@ class NemoRLPolicy(ColocatablePolicyInterface):
         if checkpointing_cfg is not None and checkpointing_cfg.get("save_consolidated", False):
             self.export_hf(str(Path(weights_path).parent / "hf"))
 
+    def load_checkpoint(self, weights_path: Path, optimizer_path: Path | None) -> None:
+        """Every rank's weights and optimizer shard from a NeMo-RL checkpoint (`--resume`), as
+        NeMo-RL's ``Policy(weights_path=..., optimizer_path=...)`` loads them at start."""
+        self.run_all("load_checkpoint", str(weights_path), optimizer_path and str(optimizer_path))
+
     def export_hf(self, path: str) -> str:
         """The policy as a Hugging Face checkpoint at `path` (every rank; rank 0 writes)."""
         self.run_all("export_hf", path)

@@ -77,12 +77,17 @@ class NemoRLRun:
         stop_local_ray()
 
 
-def setup_run(config: RunConfig, workers: int, output_dir: Path) -> NemoRLRun:
-    """Build the pieces; Ray actors start here (one `NemoRLRank` per worker)."""
+def setup_run(
+    config: RunConfig, workers: int, output_dir: Path, *, resume: bool = False
+) -> NemoRLRun:
+    """Build the pieces; Ray actors start here (one `NemoRLRank` per worker). `resume`: from
+    the newest NeMo-RL checkpoint in `output_dir`, as NeMo-RL's `setup()` resumes (its save
+    state, its dataloader state, the policy's weights and optimizer)."""
     require_nemo_rl()
     from nemo_rl.algorithms.grpo import _get_grpo_save_state
     from nemo_rl.algorithms.loss.loss_functions import ClippedPGLossFn
     from nemo_rl.algorithms.utils import set_seed
+    from nemo_rl.data.utils import load_dataloader_state
     from nemo_rl.utils.checkpoint import CheckpointManager
     from nemo_rl.utils.logger import Logger
     from nemo_rl.weight_sync.factory import create_weight_synchronizer
@@ -103,12 +108,8 @@ def setup_run(config: RunConfig, workers: int, output_dir: Path) -> NemoRLRun:
     logger = Logger(master.logger)
     logger.log_hyperparams(master.model_dump())
     checkpointer = CheckpointManager(master.checkpointing)
-    if checkpointer.get_latest_checkpoint_path() is not None:
-        raise ConfigError(
-            f"{output_dir / 'checkpoints'} holds a NeMo-RL checkpoint; the nemo-rl driver does "
-            "not resume (the worker's weights are not reloaded): use a fresh --output-dir"
-        )
-    save_state = _get_grpo_save_state(None)
+    last = resume_point(checkpointer, output_dir, resume)
+    save_state = _get_grpo_save_state(checkpointer.load_training_info(last))
     prompt_len = task.max_prompt_tokens
     max_len = config.policy.max_total_sequence_length
     if prompt_len + config.policy.generation.max_new_tokens > max_len:
@@ -128,6 +129,8 @@ def setup_run(config: RunConfig, workers: int, output_dir: Path) -> NemoRLRun:
         dataloader = build_dataloader(task, tokenizer, **draws)
     else:
         raise ConfigError(f"task.name={config.task.name}: no NeMo-RL dataloader for it")
+    if last is not None:
+        load_dataloader_state(dataloader, str(last), master.data)
     loss_fn = ClippedPGLossFn(master.loss_fn)
 
     tokens = TaskTokens.of(task)
@@ -142,7 +145,14 @@ def setup_run(config: RunConfig, workers: int, output_dir: Path) -> NemoRLRun:
     )
     policy = NemoRLPolicy(runner, dp, tokenizer, master.policy)
     try:
+        if last is not None:
+            weights, optimizer = checkpointer.get_resume_paths(last)
+            if weights is None:
+                raise ConfigError(f"{last}: NeMo-RL's checkpoint holds no policy weights")
+            policy.load_checkpoint(weights, optimizer)
         generation = NemoRLGeneration(policy, master.policy["generation"], config.grpo.seed)
+        # Sampling seeds follow the generate calls (one per step): continue the count.
+        generation.calls = save_state.current_step
         generation.weight_synchronizer = create_weight_synchronizer(
             policy=policy, generation=generation, generation_backend="megatron", colocated=True
         )
@@ -167,3 +177,17 @@ def setup_run(config: RunConfig, workers: int, output_dir: Path) -> NemoRLRun:
         save_state=save_state,
         master_config=master,
     )
+
+
+def resume_point(checkpointer: Any, output_dir: Path, resume: bool) -> Path | None:
+    """The checkpoint to resume from: the newest one with `resume`, else None; refuses to
+    start over a run's checkpoints, and to resume with none."""
+    last = checkpointer.get_latest_checkpoint_path()
+    if last is not None and not resume:
+        raise ConfigError(
+            f"{output_dir / 'checkpoints'} holds NeMo-RL's checkpoint {Path(last).name}: add "
+            "--resume to continue that run, or use a fresh --output-dir"
+        )
+    if last is None and resume:
+        raise ConfigError(f"--resume: no NeMo-RL checkpoint in {output_dir / 'checkpoints'}")
+    return None if last is None else Path(last)

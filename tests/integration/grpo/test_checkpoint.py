@@ -92,3 +92,17 @@ def test_resume_drops_a_metrics_line_torn_by_a_kill(tmp_path: Path) -> None:
         read_metrics(path)
     MetricsWriter(path, truncate_after_step=2)
     assert read_metrics(path) == [{"step": 1}, {"step": 2}]
+
+
+def test_loaded_optimizer_state_is_made_resizable_for_the_offloader(tmp_path: Path) -> None:
+    """`torch.load` gives fixed-size storages; the offloader frees a storage by resizing it to
+    0 ("Trying to resize storage that is not resizable" after a nemo-rl --resume)."""
+    from mcore_grpo.grpo.checkpoint import resizable
+
+    torch.save([{"state": {0: {"exp_avg": torch.ones(4), "step": 3}}}], tmp_path / "opt.pt")
+    loaded = torch.load(tmp_path / "opt.pt", weights_only=False)
+    assert not loaded[0]["state"][0]["exp_avg"].untyped_storage().resizable()
+    owned = resizable(loaded)
+    exp_avg = owned[0]["state"][0]["exp_avg"]
+    exp_avg.untyped_storage().resize_(0)  # what the offloader does; raised before
+    assert owned[0]["state"][0]["step"] == 3

@@ -182,7 +182,9 @@ def test_a_driver_without_the_clusters_token_is_refused_in_one_line(
 
 
 NEMO_RL = ["--driver", "nemo-rl"]
-NEMO_RL_RUN = [*SHORT, "cluster.num_nodes=2"]  # 3 steps; this driver does not resume
+# Four steps, a checkpoint after each: NeMo-RL's grpo_train prints this at the start of step 2.
+NEMO_RL_RUN = [*SHORT, "grpo.max_num_steps=4", "checkpointing.save_period=1", "cluster.num_nodes=2"]
+NEMO_RL_STEP_2 = "========================= Step 2/4"
 
 
 def _nemo_rl_train_scalars(out: Path) -> dict[str, list[tuple[int, float]]]:
@@ -190,16 +192,21 @@ def _nemo_rl_train_scalars(out: Path) -> dict[str, list[tuple[int, float]]]:
     return {k: v for k, v in read_scalars(out / "logs").items() if k.startswith("train/")}
 
 
+@pytest.fixture(scope="module")
+def nemo_rl_uninterrupted(two_nodes: TwoNodes, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("nemo-rl-two-nodes")
+    done = _run(out, two_nodes.address, *NEMO_RL, run=NEMO_RL_RUN)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "driver nemo-rl: nemo_rl.algorithms.grpo.grpo_train" in done.stderr + done.stdout
+    return out
+
+
 @needs_nemo_rl
 @pytest.mark.timeout(900)
 def test_nemo_rl_driver_places_through_its_virtual_cluster_one_rank_per_node(
-    two_nodes: TwoNodes, tmp_path: Path
+    two_nodes: TwoNodes, nemo_rl_uninterrupted: Path, tmp_path: Path
 ) -> None:
-    two_nodes.ensure_two()
-    on_cluster = tmp_path / "two-nodes"
-    done = _run(on_cluster, two_nodes.address, *NEMO_RL, run=NEMO_RL_RUN)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "driver nemo-rl: nemo_rl.algorithms.grpo.grpo_train" in done.stderr + done.stdout
+    on_cluster = nemo_rl_uninterrupted
     places = _places(on_cluster)
     assert [p["rank"] for p in places] == [0, 1]
     assert {p["node_id"] for p in places} == two_nodes.node_ids()
@@ -210,7 +217,7 @@ def test_nemo_rl_driver_places_through_its_virtual_cluster_one_rank_per_node(
     assert done.returncode == 0, done.stderr[-3000:]
     assert len({p["node_id"] for p in _places(one_node)}) == 1
     scalars = _nemo_rl_train_scalars(on_cluster)
-    assert [step for step, _ in scalars["train/reward"]] == [1, 2, 3]
+    assert [step for step, _ in scalars["train/reward"]] == [1, 2, 3, 4]
     assert scalars == _nemo_rl_train_scalars(one_node)
 
 
@@ -244,7 +251,9 @@ def _checkpoint_named(line: str) -> int:
     return int(line.split("last checkpoint: step ")[1].split(" ")[0])
 
 
-def _start_until_step_2(out: Path, address: str | None, *args: str) -> subprocess.Popen[str]:
+def _start_until_step_2(
+    out: Path, address: str | None, *args: str, marker: str = "step   2/"
+) -> subprocess.Popen[str]:
     """A run started on the cluster, returned once it has logged step 2 (stderr to a file)."""
     stderr_path = out.parent / f"{out.name}.stderr"
     with stderr_path.open("w") as stderr_file:
@@ -257,16 +266,23 @@ def _start_until_step_2(out: Path, address: str | None, *args: str) -> subproces
         )
     assert proc.stdout is not None
     for line in proc.stdout:
-        if line.startswith("step   2/"):
+        if line.startswith(marker):
             return proc
     proc.wait(timeout=60)
     pytest.fail(f"the run never logged step 2:\n{stderr_path.read_text()[-3000:]}")
 
 
-def _run_until_fault(out: Path, address: str, inject: Any, *extra: str) -> tuple[str, float, int]:
+def _run_until_fault(
+    out: Path,
+    address: str,
+    inject: Any,
+    *extra: str,
+    run: list[str] = RUN,
+    marker: str = "step   2/",
+) -> tuple[str, float, int]:
     """Start a run, call `inject(out)` once step 2 is logged; the abort line, the seconds from
     the fault to the driver's exit, and the exit code."""
-    proc = _start_until_step_2(out, address, *extra, *RUN, *FAST_FAULTS)
+    proc = _start_until_step_2(out, address, *extra, *run, *FAST_FAULTS, marker=marker)
     stderr_path = out.parent / f"{out.name}.stderr"
     inject(out)
     fault_at = time.monotonic()
@@ -362,6 +378,34 @@ def test_a_killed_or_stopped_worker_ends_the_run_in_one_line_and_it_resumes(
     assert f"(pid {_pid_of(out, 1)} on node " in line
     assert bounds[0] <= ended_in < bounds[1], f"{ended_in:.1f} s"
     _resumes_to_the_uninterrupted_run(out, two_nodes.address, line, uninterrupted)
+
+
+@needs_nemo_rl
+@pytest.mark.timeout(900)
+def test_nemo_rl_driver_a_killed_worker_ends_the_run_in_one_line_and_it_resumes(
+    two_nodes: TwoNodes, nemo_rl_uninterrupted: Path, tmp_path: Path
+) -> None:
+    two_nodes.ensure_two()
+    out = tmp_path / "run"
+    line, ended_in, code = _run_until_fault(
+        out,
+        two_nodes.address,
+        lambda run_dir: os.kill(_pid_of(run_dir, 1), signal.SIGKILL),
+        *NEMO_RL,
+        run=NEMO_RL_RUN,
+        marker=NEMO_RL_STEP_2,
+    )
+    assert code == 1
+    assert "worker rank 1 died in " in line and "its worker process exited" in line, line
+    assert ended_in < 15, f"{ended_in:.1f} s"
+    named = _checkpoint_named(line)
+    assert f"({out}/checkpoints/step_{named}); resume with: mcore-grpo " in line
+    assert line.endswith(" --resume") and "--driver nemo-rl" in line
+    resumed = _run(out, two_nodes.address, *NEMO_RL, "--resume", run=NEMO_RL_RUN)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resumed from step {named}" in resumed.stdout + resumed.stderr
+    # Steps after the checkpoint were logged again; TensorBoard keeps the resumed run's values.
+    assert _nemo_rl_train_scalars(out) == _nemo_rl_train_scalars(nemo_rl_uninterrupted)
 
 
 def _policy_rank_processes() -> list[int]:
