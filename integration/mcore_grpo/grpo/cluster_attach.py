@@ -8,6 +8,7 @@ address refused and what to set.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from mcore_grpo.grpo.placement import PlacementError
@@ -27,6 +28,8 @@ class ClusterUnreachable(PlacementError):
 def _auth_refused(err: BaseException) -> bool:
     """Whether Ray's GCS refused the token. Ray raises ``ConnectionError`` from either an
     `AuthenticationError` or a ``RuntimeError`` whose text holds that error's traceback."""
+    # Read by ray at its first import (see mcore_grpo.grpo.runner); this may be that import.
+    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     from ray.exceptions import AuthenticationError
 
     seen: BaseException | None = err
