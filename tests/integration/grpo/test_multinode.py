@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -408,9 +408,9 @@ def test_nemo_rl_driver_a_killed_worker_ends_the_run_in_one_line_and_it_resumes(
     assert _nemo_rl_train_scalars(out) == _nemo_rl_train_scalars(nemo_rl_uninterrupted)
 
 
-def _policy_rank_processes() -> list[int]:
-    """Pids of live processes whose title names a policy rank actor (``ray::PolicyRank...``)."""
-    found = []
+def _live_processes(match: Callable[[bytes], bool]) -> set[int]:
+    """Pids of live (not zombie) processes whose command line `match`es."""
+    found = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -419,9 +419,14 @@ def _policy_rank_processes() -> list[int]:
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if b"PolicyRank" in cmdline and state != "Z":
-            found.append(int(entry.name))
+        if match(cmdline) and state != "Z":
+            found.add(int(entry.name))
     return found
+
+
+def _policy_rank_processes() -> set[int]:
+    """Pids of policy rank actors (titled ``ray::PolicyRank...``)."""
+    return _live_processes(lambda cmdline: b"PolicyRank" in cmdline)
 
 
 @pytest.mark.timeout(600)
@@ -439,7 +444,7 @@ def test_a_killed_driver_leaves_no_worker_or_placement_behind(
     deadline = time.monotonic() + 60
     while _policy_rank_processes() and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert _policy_rank_processes() == []
+    assert _policy_rank_processes() == set()
     # No placement group of the run is left holding the cluster's CPUs.
     query = (
         f"import json, ray; ray.init(address={two_nodes.address!r}, log_to_driver=False); "
@@ -457,22 +462,13 @@ def test_a_killed_driver_leaves_no_worker_or_placement_behind(
 
 
 def _ray_processes() -> set[int]:
-    """Pids of live Ray processes: GCS, raylets, agents and workers (``ray::...`` titles)."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        ray_process = cmdline.startswith(b"ray::") or any(
-            part in cmdline for part in (b"/raylet/raylet", b"/gcs/gcs_server")
+    """Pids of Ray processes: GCS, raylets, agents and workers (``ray::...`` titles)."""
+    return _live_processes(
+        lambda cmdline: (
+            cmdline.startswith(b"ray::")
+            or any(part in cmdline for part in (b"/raylet/raylet", b"/gcs/gcs_server"))
         )
-        if ray_process and state != "Z":
-            found.add(int(entry.name))
-    return found
+    )
 
 
 @pytest.mark.timeout(600)
