@@ -13,7 +13,7 @@ Each side runs in a fresh process of its own, so its peak RSS (`ru_maxrss`) is i
 Printed, never asserted, with the load average before and after (the machine may be shared).
 
 Run: .venv/bin/python benchmarks/bench_vs_transformers.py [--batch 16] [--seq 256]
-     [--gen-batch 16] [--prompt 32] [--new 64] [--steps 3]
+     [--gen-batch 16] [--prompt 32] [--new 64] [--steps 3] [--threads N]
 """
 
 from __future__ import annotations
@@ -175,12 +175,15 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=32)
     parser.add_argument("--new", type=int, default=64)
     parser.add_argument("--steps", type=int, default=3, help="timed train steps (after one warm)")
+    parser.add_argument(
+        "--threads", type=int, default=os.cpu_count() or 1, help="torch threads of each side"
+    )
     parser.add_argument("--side", choices=("hf", "worker"), help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args()
     if args.side:
         import torch
 
-        torch.set_num_threads(os.cpu_count() or 1)
+        torch.set_num_threads(args.threads)
         result = hf_side(args) if args.side == "hf" else worker_side(args)
         print(json.dumps(result))
         return
@@ -190,7 +193,8 @@ def main() -> None:
     worker = _run_side("worker", argv)
     load_after = os.getloadavg()[0]
     print(
-        f"SmolLM2-135M-Instruct, fp32, {os.cpu_count()} CPU threads; train {args.batch} x "
+        f"SmolLM2-135M-Instruct, fp32, {args.threads} torch threads on {os.cpu_count()} CPUs; "
+        f"train {args.batch} x "
         f"{args.seq} tokens, sampling batch {args.gen_batch}, prompt {args.prompt}, "
         f"{args.new} new tokens; load average {load_before:.2f} before, {load_after:.2f} after"
     )
