@@ -237,22 +237,31 @@ class PolicyRank:
         export_hf(self.worker.config, self.worker.policy.gpt, Path(path))
         return path
 
+    def restore(self, model: dict[str, Any], where: Path, optimizer: list[Any] | None) -> None:
+        """Load `model` (checked against the live shapes; `where` names its file in errors)
+        and, when given, the optimizer shards, as `save` and NeMo-RL's checkpoints hold them."""
+        from mcore_grpo.grpo import checkpoint
+
+        live = self.worker.policy.gpt.state_dict()
+        checkpoint.check_shapes(
+            {k: v for k, v in model.items() if isinstance(v, torch.Tensor)},
+            {k: v for k, v in live.items() if isinstance(v, torch.Tensor)},
+            where,
+        )
+        self.worker.policy.gpt.load_state_dict(model)
+        if optimizer is None:
+            return
+        for opt, opt_state in zip(
+            self._inner_optimizers(), checkpoint.resizable(optimizer), strict=True
+        ):
+            opt.optimizer.load_state_dict(opt_state)
+
     def load(self, rank_file: str, reference_file: str) -> None:
         """Restore weights, optimizer shard and reference weights from a checkpoint."""
         from mcore_grpo.grpo import checkpoint
 
         state = torch.load(rank_file, map_location="cpu", weights_only=False)
-        live = self.worker.policy.gpt.state_dict()
-        tensors = {k: v for k, v in state["model"].items() if isinstance(v, torch.Tensor)}
-        checkpoint.check_shapes(
-            tensors,
-            {k: v for k, v in live.items() if isinstance(v, torch.Tensor)},
-            Path(rank_file),
-        )
-        self.worker.policy.gpt.load_state_dict(state["model"])
-        optimizer = checkpoint.resizable(state["optimizer"])
-        for opt, opt_state in zip(self._inner_optimizers(), optimizer, strict=True):
-            opt.optimizer.load_state_dict(opt_state)
+        self.restore(state["model"], Path(rank_file), state["optimizer"])
         reference = torch.load(reference_file, map_location="cpu", weights_only=True)
         held = self.worker.reference.state_dict()
         checkpoint.check_shapes(reference, held, Path(reference_file))

@@ -47,7 +47,9 @@ def source_description() -> str:
 
 def latest_checkpoint(output_dir: Path) -> tuple[int, Path] | None:
     """(step, directory) of NeMo-RL's newest finished checkpoint (``checkpoints/step_<n>``:
-    its `CheckpointManager` writes ``tmp_step_<n>`` and renames it when complete)."""
+    its `CheckpointManager` writes ``tmp_step_<n>`` and renames it when complete). The rule of
+    its `get_latest_checkpoint_path`; that manager needs the run's whole checkpointing config,
+    which only `setup_run` builds, and the abort line is written after setup is gone."""
     root = output_dir / "checkpoints"
     steps = [
         (int(d.name.removeprefix("step_")), d)

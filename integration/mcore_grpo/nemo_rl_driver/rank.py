@@ -167,23 +167,15 @@ class NemoRLRank(PolicyRank):
         """This rank's weights (and optimizer shard) back from what `save_checkpoint` wrote.
         The reference weights are not in NeMo-RL's checkpoint: as in NeMo-RL they are the
         initial model's, rebuilt from the same checkpoint or seed."""
-        from mcore_grpo.grpo import checkpoint
-
         name = f"rank_{self.rank:05d}.pt"
         weights = Path(weights_path) / name
-        state = torch.load(weights, map_location="cpu", weights_only=False)  # _extra_state
-        live = self.worker.policy.gpt.state_dict()
-        checkpoint.check_shapes(
-            {k: v for k, v in state.items() if isinstance(v, torch.Tensor)},
-            {k: v for k, v in live.items() if isinstance(v, torch.Tensor)},
-            weights,
-        )
-        self.worker.policy.gpt.load_state_dict(state)
+        model = torch.load(weights, map_location="cpu", weights_only=False)  # _extra_state
+        optimizer = None
         if optimizer_path is not None:
-            states = torch.load(Path(optimizer_path) / name, map_location="cpu", weights_only=False)
-            states = checkpoint.resizable(states)
-            for opt, opt_state in zip(self._inner_optimizers(), states, strict=True):
-                opt.optimizer.load_state_dict(opt_state)
+            optimizer = torch.load(
+                Path(optimizer_path) / name, map_location="cpu", weights_only=False
+            )
+        self.restore(model, weights, optimizer)
 
 
 def nemo_rl_moe_metrics(per_optimizer_step: list[dict[str, Any]]) -> dict[str, float]:
