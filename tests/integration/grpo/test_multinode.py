@@ -11,12 +11,14 @@ rendezvous is still the node IP Ray reports for rank 0's node (never ``localhost
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -63,10 +65,17 @@ class TwoNodes:
         assert head is not None
         return {str(head.node_id), str(self.worker.node_id)}
 
-    def kill_worker_node(self) -> str:
-        """SIGKILL the worker node's raylet and everything on it; its node id."""
+    def kill_worker_node(self, its_workers: list[int]) -> str:
+        """SIGKILL the worker node's raylet, Ray's processes and `its_workers` at once, as a
+        lost machine takes everything; its node id.
+
+        `remove_node` alone kills Ray's own processes; a worker notices its raylet's end only
+        later, and gloo needs no raylet, so a run of 0.1 s steps may finish in the meantime."""
         node_id = str(self.worker.node_id)
         self.cluster.remove_node(self.worker, allow_graceful=False)
+        for pid in its_workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         return node_id
 
     def ensure_two(self) -> None:
@@ -272,6 +281,19 @@ def _start_until_step_2(
     pytest.fail(f"the run never logged step 2:\n{stderr_path.read_text()[-3000:]}")
 
 
+def _why_no_abort_line(proc: subprocess.Popen[str], stderr_path: Path) -> str:
+    """The driver's exit code, its stderr's tail and what Ray's core worker logged about the
+    driver's end (a driver whose own raylet dies exits at once, saying so only there)."""
+    ray_tmp = Path(tempfile.gettempdir()) / "ray"
+    said = [
+        f"{log.name}: {line}"
+        for log in sorted(ray_tmp.glob(f"session_*/logs/python-core-driver-*_{proc.pid}.log"))
+        for line in log.read_text(errors="replace").splitlines()
+        if any(word in line for word in ("FATAL", "died", "Exit", "exit"))
+    ]
+    return "\n".join([f"exit code {proc.returncode}", stderr_path.read_text()[-3000:], *said[-20:]])
+
+
 def _run_until_fault(
     out: Path,
     address: str,
@@ -296,7 +318,7 @@ def _run_until_fault(
     aborted = [
         line for line in stderr_path.read_text().splitlines() if "mcore-grpo: run aborted" in line
     ]
-    assert len(aborted) == 1, stderr_path.read_text()[-3000:]
+    assert len(aborted) == 1, _why_no_abort_line(proc, stderr_path)
     print(aborted[0])
     return aborted[0], ended_in, proc.returncode
 
@@ -324,8 +346,9 @@ def test_a_lost_node_ends_the_run_in_one_line_and_it_resumes_on_a_fresh_local_ra
     lost: dict[str, Any] = {}
 
     def kill_node(run_dir: Path) -> None:
-        lost["node"] = two_nodes.kill_worker_node()
-        lost["rank"] = next(p["rank"] for p in _places(run_dir) if p["node_id"] == lost["node"])
+        (on_it,) = [p for p in _places(run_dir) if p["node_id"] == str(two_nodes.worker.node_id)]
+        lost["node"] = two_nodes.kill_worker_node([int(on_it["pid"])])
+        lost["rank"] = on_it["rank"]
 
     try:
         line, ended_in, code = _run_until_fault(out, two_nodes.address, kill_node)
