@@ -46,15 +46,18 @@ T, LP, GEN, OFF = Phase.TRAINING, Phase.LOGPROB_INFERENCE, Phase.GENERATION, Pha
 ON_DEVICE = (T, LP, GEN)
 
 
-def _entry(*allowed: Phase) -> Callable[[EntryPoint[P, R]], EntryPoint[P, R]]:
-    """Entry point: check the phase, then run inside the CPU redirects (when configured)."""
+def _entry(
+    *allowed: Phase, tensor_redirects: bool = True
+) -> Callable[[EntryPoint[P, R]], EntryPoint[P, R]]:
+    """Entry point: check the phase, then run inside the CPU redirects (when configured);
+    `tensor_redirects`: see `cpu.cpu_device`."""
 
     def wrap(method: EntryPoint[P, R]) -> EntryPoint[P, R]:
         @functools.wraps(method)
         def run(self: MegatronPolicyWorker, *args: P.args, **kwargs: P.kwargs) -> R:
             if allowed:
                 self.guard.require(method.__name__, *allowed)
-            with cpu_device(self.config.device):
+            with cpu_device(self.config.device, tensor_redirects):
                 return method(self, *args, **kwargs)
 
         return run
@@ -178,7 +181,9 @@ class MegatronPolicyWorker:
         with self.reference.swapped_in(self.policy):
             return self._logprobs(batch)
 
-    @_entry(GEN)
+    # Sampling names no CUDA device itself (megatron's inference buffers come from the
+    # replaced torch.cuda.current_device), so it runs without the per-call tensor redirects.
+    @_entry(GEN, tensor_redirects=False)
     def generate(
         self,
         prompt_ids: torch.Tensor,

@@ -102,9 +102,24 @@ def _draw(probs: torch.Tensor, generator: SamplingGenerator) -> torch.Tensor:
             [_draw(probs[i * r : (i + 1) * r], g) for i, g in enumerate(generator.generators)]
         )
     if generator is not None and generator.device != probs.device:
-        token = torch.multinomial(probs.to(generator.device), 1, generator=generator)
-        return token.to(probs.device).squeeze(-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        return _inverse_cdf(probs.to(generator.device), generator).to(probs.device)
+    return _inverse_cdf(probs, generator)
+
+
+def _inverse_cdf(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One token per row of [B, V] `probs` (unnormalised, >= 0): the first id whose running
+    sum exceeds u * total, u ~ U[0, 1) drawn per row.
+
+    One uniform per row, where `torch.multinomial` draws one exponential per vocab entry: on
+    CPU 16 ms against about 1 ms for 16 x 49,152, which was 8 % of a SmolLM2 decode step.
+    The running sum is float64, so its rounding (about 1e-16 of the total) is far below any
+    token's probability that matters. A zero-probability id (top-p cut, padded vocab) is never
+    drawn: its running sum equals the previous one, and u * total stays below the total (u is at
+    most 1 - 2**-53, and round-to-nearest never lifts that product to the total)."""
+    cdf = probs.double().cumsum(dim=-1)
+    total = cdf[:, -1:]
+    u = torch.rand(total.shape, generator=generator, dtype=torch.float64, device=probs.device)
+    return torch.searchsorted(cdf, u * total, right=True).squeeze(-1)
 
 
 def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:

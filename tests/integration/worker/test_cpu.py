@@ -49,6 +49,19 @@ def test_redirects_scoped_and_restored() -> None:
         torch.zeros(1, device="cuda")
 
 
+def test_without_tensor_redirects_only_the_cuda_functions_are_replaced() -> None:
+    with cpu.cpu_device("cpu", tensor_redirects=False) as active:
+        assert active and cpu.redirects_active()
+        assert torch.cuda.current_device() == torch.device("cpu")
+        # No mode: a tensor is what it is, and naming the CUDA device fails as it would.
+        assert torch.zeros(1).type() == "torch.FloatTensor"
+        with pytest.raises((RuntimeError, AssertionError)):
+            torch.zeros(1, device="cuda")
+        with cpu.cpu_device("cpu"):  # an inner block with them still redirects tensors
+            assert torch.zeros(1, device="cuda").device.type == "cpu"
+    assert not cpu.redirects_active()
+
+
 def _key_bias_rows(tcfg: Any) -> torch.Tensor:
     """Bool mask over `linear_qkv.bias`: the KEY bias entries.
 
