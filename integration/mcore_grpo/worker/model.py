@@ -144,7 +144,16 @@ def _layer_spec(config: WorkerConfig) -> Any:
 
 def build_gpt(config: WorkerConfig) -> tuple[Any, torch.nn.Module]:
     """GPTModel from the config (layer spec per `layer_spec_name`; HF via Bridge), on the
-    worker's device, in `config.precision`'s parameter dtype (not yet wrapped)."""
+    worker's device, in `config.precision`'s parameter dtype (not yet wrapped); the local
+    spec's attention computed by torch's SDPA (`sdpa_attention`)."""
+    from mcore_grpo.worker.sdpa_attention import use_sdpa
+
+    tcfg, gpt = _build(config)
+    use_sdpa(gpt)
+    return tcfg, gpt
+
+
+def _build(config: WorkerConfig) -> tuple[Any, torch.nn.Module]:
     if config.model.hf_checkpoint is not None:
         return _build_from_hf(config)
     tcfg = transformer_config(config)
