@@ -53,3 +53,27 @@ def test_padded_id_in_the_batch_is_refused() -> None:
     ids[1, 3] = REAL
     with pytest.raises(ValueError, match=r"input id 6 >= tokenizer vocab size 6"):
         next_token_logprobs(logits, ids, REAL)
+
+
+@pytest.mark.parametrize(("vocab", "temperature"), [(PADDED, 1.0), (REAL, 1.0), (REAL, 0.7)])
+def test_logprobs_and_their_gradient_equal_log_softmax_then_gather(
+    vocab: int, temperature: float
+) -> None:
+    from mcore_grpo.worker.forward import TargetLogprob
+
+    g = torch.Generator().manual_seed(2)
+    # Megatron's logits come transposed from [S, B, V]: strided, as the worker sees them.
+    logits = torch.randn(5, 3, PADDED, dtype=torch.float64, generator=g).transpose(0, 1)
+    logits.requires_grad_(True)
+    ids = torch.randint(0, vocab, (3, 5), generator=g)
+    weights = torch.randn(3, 4, dtype=torch.float64, generator=g)
+    got = next_token_logprobs(logits, ids, vocab, temperature)
+    (got_grad,) = torch.autograd.grad((got * weights).sum(), logits)
+    scaled = real_vocab_logits(logits[:, :-1] / temperature, vocab)
+    expected = torch.log_softmax(scaled, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    (expected_grad,) = torch.autograd.grad((expected * weights).sum(), logits)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(got_grad, expected_grad)
+    assert torch.autograd.gradcheck(
+        lambda x: TargetLogprob.apply(x, ids, vocab, temperature), (logits,)
+    )
