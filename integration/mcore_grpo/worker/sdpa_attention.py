@@ -31,12 +31,16 @@ MASKED_SCORE = -10000.0  # megatron-core's attention_mask_func
 class SDPADotProductAttention(DotProductAttention):
     """`DotProductAttention` whose float32 forward is torch's SDPA; adds no state."""
 
-    def _sdpa_applies(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> bool:
-        config = self.config
+    def _sdpa_applies(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, extras: tuple[Any, ...]
+    ) -> bool:
+        """Whether SDPA computes what megatron's forward would (`extras`: its attention bias
+        and packed-sequence arguments, which megatron's local forward refuses itself)."""
         return (
             query.dtype == torch.float32
+            and all(extra is None for extra in extras)
             and self.softmax_offset is None
-            and not config.apply_query_key_layer_scaling
+            and not self.config.apply_query_key_layer_scaling
             and self.scale_mask_softmax.window_size is None
             and not (self.training and self.attention_dropout.p > 0)
             and key.size(-1) == value.size(-1)
@@ -53,7 +57,8 @@ class SDPADotProductAttention(DotProductAttention):
         packed_seq_params: Any = None,
     ) -> torch.Tensor:
         """[sq, b, np, hn] queries, [sk, b, ng, hn] keys and values -> [sq, b, np * hn]."""
-        sq, sk = query.size(0), key.size(0)
+        sq = query.size(0)
+        # megatron builds a causal mask only when none is given and more than one query comes.
         causal = (
             attention_mask is None
             and self.scale_mask_softmax.attn_mask_type == AttnMaskType.causal
@@ -61,10 +66,8 @@ class SDPADotProductAttention(DotProductAttention):
         )
         if (
             (attention_mask is not None and attention_mask.dtype != torch.bool)
-            or attention_bias is not None
-            or packed_seq_params is not None
-            or (causal and sq != sk)
-            or not self._sdpa_applies(query, key, value)
+            or (causal and sq != key.size(0))
+            or not self._sdpa_applies(query, key, value, (attention_bias, packed_seq_params))
         ):
             return super().forward(
                 query, key, value, attention_mask, attn_mask_type, attention_bias, packed_seq_params
