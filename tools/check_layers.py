@@ -49,7 +49,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         ),
     ),
     ("source", ("source.", "core.checkout", "core.gitlinks", "core.state", "core.pin_check")),
-    ("model", ("core.manifest", "core.series", "core.paths", "core.trailers")),
+    ("model", ("core.manifest", "core.series", "core.paths", "core.trailers", "core.test_suites")),
     ("git", ("core.git", "errors", "interrupts", "command_lock")),
 ]
 # The layer whose packages (core's domain modules, verify, rebase, upstream_check) do not

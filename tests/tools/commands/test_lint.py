@@ -182,3 +182,70 @@ def test_standin_fields_agreeing_with_the_pin_pass(sandbox: Sandbox) -> None:
     text = re.sub(r'tag = "[^"]*"', 'tag = "v2"', path.read_text(), count=1)
     path.write_text(text + STANDIN.replace("@V@", "2").replace("@P@", "false"))
     assert _lint(sandbox) == []
+
+
+SUITE = '[Up]\ntests_root = "tests/unit"\npackage = "pkg"\n'
+BASE = "Upstream-Status: pending\nOrigin: tests\nTest: tests/test_trip.py::test_trip\n"
+
+
+def test_upstream_test_must_be_a_test_the_patch_carries(sandbox: Sandbox) -> None:
+    """With a suite layout for the upstream, every patch names its upstream-native test, in a
+    file under the upstream's tests that the patch itself adds or changes."""
+    repo, pin = sandbox.upstream("Up", {"pkg/a.py": lines(4), "tests/unit/test_old.py": ""})
+    test = "def test_new():\n    pass\n"
+    carried = sandbox.make_patch(
+        repo,
+        pin,
+        {"pkg/a.py": lines(4, "x"), "tests/unit/test_new.py": test},
+        "Fix with test",
+        BASE + "Upstream-Test: tests/unit/test_new.py::test_new\n",
+    )
+    untested = sandbox.make_patch(repo, pin, {"pkg/a.py": lines(4, "y")}, "Fix without", BASE)
+    elsewhere = sandbox.make_patch(
+        repo,
+        pin,
+        {"pkg/a.py": lines(4, "z")},
+        "Fix naming a test it does not carry",
+        BASE + "Upstream-Test: tests/unit/test_old.py::test_old\nUpstream-Test: pkg/a.py::f\n",
+    )
+    sandbox.add("Up", str(repo), pin)
+    (sandbox.root / "patches").mkdir(exist_ok=True)
+    (sandbox.root / "patches/upstream-tests.toml").write_text(SUITE)
+    sandbox.set_series(
+        "Up", {"carried.patch": carried, "untested.patch": untested, "elsewhere.patch": elsewhere}
+    )
+    sandbox.commit()
+    errors = _lint(sandbox)
+    assert not any("carried.patch" in e for e in errors)
+    assert any(
+        e.startswith("patches/Up/untested.patch:") and "missing trailer `Upstream-Test:`" in e
+        for e in errors
+    )
+    assert any(
+        "elsewhere.patch" in e and "test_old.py is not a file this patch adds or changes" in e
+        for e in errors
+    )
+    assert any(
+        "elsewhere.patch" in e and "pkg/a.py is not under the upstream's tests/" in e
+        for e in errors
+    )
+
+
+def test_depends_on_names_an_earlier_active_patch(sandbox: Sandbox) -> None:
+    repo, pin = sandbox.upstream("Up", {"a.py": lines(10), "b.py": lines(10)})
+    first = sandbox.make_patch(repo, pin, {"a.py": lines(10, "a")}, "First")
+    needs = (
+        BASE + "Depends-On: Up/first.patch\nDepends-On: Up/last.patch\n"
+        "Depends-On: Nowhere/x.patch\nDepends-On: Up/ghost.patch\n"
+    )
+    second = sandbox.make_patch(repo, pin, {"b.py": lines(10, "b")}, "Second", needs)
+    last = sandbox.make_patch(repo, pin, {"b.py": lines(10, "c")}, "Last")
+    sandbox.add("Up", str(repo), pin)
+    sandbox.set_series("Up", {"first.patch": first, "second.patch": second, "last.patch": last})
+    sandbox.commit()
+    errors = [e for e in _lint(sandbox) if "Depends-On" in e]
+    assert not any("first.patch is not" in e for e in errors)
+    assert any("last.patch is not earlier in patches/Up/series" in e for e in errors)
+    assert any("'Nowhere/x.patch': want <Upstream>/<patch file>" in e for e in errors)
+    assert any("ghost.patch is not earlier" in e for e in errors)
+    assert len(errors) == 3

@@ -48,7 +48,7 @@ def _run(args: argparse.Namespace) -> int:
     rows, live = current_rows(root)
     if args.measure and not args.check:
         live = _measure(root, list(load_manifest(root).upstreams.values()), rows, live, args)
-    texts = render(rows, live)
+    texts = render(rows, live, root)
     if args.check:
         behind = stale(root, texts)
         if behind:

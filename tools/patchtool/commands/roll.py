@@ -71,7 +71,7 @@ def _run(args: argparse.Namespace) -> int:
     commit, url = "", ""
     if roll.decision == MOVE and not args.dry_run:
         if (root / PAGE).is_file():  # the status page moves with the series it describes
-            written += write(root, render(*current_rows(root)))
+            written += write(root, render(*current_rows(root), root))
         commit = commit_roll(root, roll, written)
         if args.open_pr:
             page = (root / PAGE).read_text(encoding="utf-8") if (root / PAGE).is_file() else ""

@@ -1,15 +1,27 @@
-"""`tools/patches verify [UPSTREAM...] [--json] [--allow-missing]`: prove each patch's `Test:`
-passes with the series and fails with that patch left out (verify/tripwire.py), as a table.
+"""`tools/patches verify [UPSTREAM...] [--json] [--allow-missing] [--record]`: prove the series.
+
+Three proofs, each a table (verify/session.py runs them in one pool):
+- tripwires: each patch's `Test:` passes with the series and fails with that patch left out
+  (verify/tripwire.py);
+- upstream tests: each patch's `Upstream-Test:` (the test its PR carries) passes on the series
+  and fails with the patch's source change left out, run from the upstream tree under its own
+  pytest configuration (verify/upstream_proof.py);
+- the regression gate: the upstream's own tests of the directories the series touches, before
+  the series and after it; a test that passed before and not after fails verify, naming the
+  test and the patch that broke it (verify/regression.py).
 Every state runs in a scratch tree of its own, in a process of its own forked by a server that
 imported the third-party modules once (verify/forkserver.py), in parallel (`--jobs`, default the
-cores); the checkouts are only read.
-Exit FAILED when a patch is not proven (unless only missing sources and --allow-missing).
+cores); the checkouts are only read. `--record` writes the figures to docs/upstream-tests.json
+for the status page. Exit FAILED when a patch is not proven or a test is broken (unless only
+missing sources and --allow-missing).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
@@ -17,7 +29,18 @@ from ..command import Command, root_of
 from ..core.manifest import load_manifest
 from ..errors import ExitCode
 from ..verify.pytest_run import venv_python
-from ..verify.tripwire import Proof, verify_upstreams
+from ..verify.record import RECORD_PATH, write_record
+from ..verify.regression import Gate
+from ..verify.session import Options, StackResult, verify_stack
+from ..verify.tripwire import Proof
+from ..verify.upstream_proof import UpstreamProof
+
+
+def _table(headers: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    head = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
+    return [line.rstrip() for line in (head, "  ".join("-" * w for w in widths), *lines)]
 
 
 def render_table(proofs: list[Proof]) -> str:
@@ -25,12 +48,44 @@ def render_table(proofs: list[Proof]) -> str:
     rows = [
         (p.upstream, p.patch, p.with_patch, p.without_patch, p.verdict, p.source) for p in proofs
     ]
-    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-    head = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
-    out = [head, "  ".join("-" * w for w in widths), *lines]
-    out += [f"  {p.patch}: {p.detail}" for p in proofs if p.detail]
+    out = _table(headers, rows) + [f"  {p.patch}: {p.detail}" for p in proofs if p.detail]
     return "\n".join(line.rstrip() for line in out)
+
+
+def render_upstream(proofs: list[UpstreamProof]) -> str:
+    headers = ("upstream", "patch", "upstream tests", "with fix", "source left out", "verdict")
+    rows = [
+        (p.upstream, p.patch, str(len(p.tests)), p.with_fix, p.without_fix, p.verdict)
+        for p in proofs
+    ]
+    out = _table(headers, rows) + [f"  {p.patch}: {p.detail}" for p in proofs if p.detail]
+    return "\n".join(out)
+
+
+def render_gate(gate: Gate) -> str:
+    t = gate.total
+    lines = [
+        f"regression gate {gate.upstream} (before: {gate.baseline}): {len(gate.dirs)} test "
+        f"directories, {t.run} tests: {t.passed} pass, {t.broken} broken by the series, "
+        f"{t.failing_before} failing before, {t.failing_after} failing after, {t.skipped} "
+        f"skipped, {t.added} added, {t.fixed} fixed"
+    ]
+    lines += [f"  {n:5d}  {why}" for why, n in t.causes.items()]
+    lines += [
+        f"  BROKEN {b.node} by {b.patch}: {b.before} -> {b.after}: {b.detail}" for b in gate.broken
+    ]
+    return "\n".join(lines)
+
+
+def render(result: StackResult, opts: Options) -> str:
+    parts = []
+    if opts.tripwires:
+        parts.append(render_table(result.proofs))
+    if opts.own_tests and result.upstream:
+        parts.append(render_upstream(result.upstream))
+    parts += [render_gate(gate) for gate in result.gates]
+    parts += result.notes
+    return "\n\n".join(parts)
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:
@@ -49,6 +104,18 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         help="run each state as a fresh interpreter instead of a child of the fork server "
         "(slower: every state imports torch and the rest afresh)",
     )
+    parser.add_argument("--no-tripwires", action="store_true", help="skip our Test: proofs")
+    parser.add_argument(
+        "--no-upstream-tests",
+        action="store_true",
+        help="skip the Upstream-Test: proofs and the regression gate",
+    )
+    parser.add_argument("--no-gate", action="store_true", help="skip the regression gate")
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help=f"write the upstream-test figures to {RECORD_PATH} (for the status page)",
+    )
     parser.add_argument(
         "--allow-missing",
         action="store_true",
@@ -56,26 +123,40 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _failed(result: StackResult, opts: Options, allow_missing: bool) -> bool:
+    unproven = [p for p in result.proofs if not p.proven and p.verdict != "no tripwire"]
+    missing_only = all(p.unavailable for p in unproven)
+    if opts.tripwires and unproven and not (missing_only and allow_missing):
+        return True
+    if opts.own_tests and any(not p.proven for p in result.upstream):
+        return True
+    return any(gate.broken for gate in result.gates)
+
+
 def _run(args: argparse.Namespace) -> int:
     root = root_of(args)
     python = Path(args.python) if args.python else venv_python(root)
     ups = load_manifest(root).select(args.upstreams)
-    proofs = verify_upstreams(
-        root, ups, python, not args.json, jobs=args.jobs, fork_server=not args.no_fork_server
+    opts = Options(
+        jobs=args.jobs or os.cpu_count() or 1,
+        fork_server=not args.no_fork_server,
+        tripwires=not args.no_tripwires,
+        own_tests=not args.no_upstream_tests,
+        gate=not (args.no_upstream_tests or args.no_gate),
     )
+    result = verify_stack(root, ups, python, not args.json, opts)
+    if args.record:
+        write_record(root, result)
     if args.json:
-        print(json.dumps({"patches": [asdict(p) for p in proofs]}, indent=2))
+        print(json.dumps(asdict(result), indent=2))
     else:
-        print(render_table(proofs))
-    unproven = [p for p in proofs if not p.proven and p.verdict != "no tripwire"]
-    missing_only = all(p.unavailable for p in unproven)
-    ok = not unproven or (missing_only and args.allow_missing)
-    return ExitCode.OK if ok else ExitCode.FAILED
+        print(render(result, opts))
+    return ExitCode.FAILED if _failed(result, opts, args.allow_missing) else ExitCode.OK
 
 
 VERIFY = Command(
     "verify",
-    "prove each patch's Test: passes with the series and fails with that patch left out",
+    "prove each patch's Test: and Upstream-Test:, and gate the upstream's own tests",
     _configure,
     _run,
 )

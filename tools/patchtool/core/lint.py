@@ -17,12 +17,15 @@ from .gitlinks import gitlink_problems
 from .manifest import MANIFEST_PATH, Manifest, Upstream, standin_problems
 from .paths import patch_path_problems
 from .series import RETIRED_DIR, SERIES_FILE, Patch, parse_patch, read_series
+from .test_suites import UPSTREAM_TEST_KEY, UpstreamSuite, load_suites
 
 STATUS_RE = re.compile(
     r"^(pending|submitted https?://\S+|accepted \S+|not-needed \S.*|inappropriate \S.*)$"
 )
 TEST_RE = re.compile(r"^(?P<file>[^\s:]+\.py)(?P<names>(::[A-Za-z_]\w*)+)(\[.*\])?$")
 SINGLE_TRAILERS = ("Upstream-Status", "Origin")
+DEPENDS_KEY = "Depends-On"
+DEPENDS_RE = re.compile(r"^(?P<upstream>[A-Za-z0-9._-]+)/(?P<patch>[^/\s]+\.patch)$")
 _FULL_BLOB_RE = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 
 
@@ -62,7 +65,13 @@ def test_exists(root: Path, node: str) -> str | None:
     return None
 
 
-def lint_patch(root: Path, rel: str, patch: Patch, checkout: Path | None) -> list[LintError]:
+def lint_patch(
+    root: Path,
+    rel: str,
+    patch: Patch,
+    checkout: Path | None,
+    suite: UpstreamSuite | None = None,
+) -> list[LintError]:
     errors = [LintError(rel, line, msg) for line, msg in patch.problems]
     if patch.quilt_line:
         name = Path(rel).parent.name
@@ -77,6 +86,8 @@ def lint_patch(root: Path, rel: str, patch: Patch, checkout: Path | None) -> lis
         )
     errors += [LintError(rel, line, msg) for line, msg in patch_path_problems(patch, checkout)]
     errors += _trailer_errors(root, rel, patch)
+    if suite is not None:
+        errors += upstream_test_errors(rel, patch, suite)
     for diff in patch.files:
         for blob in (diff.old_blob, diff.new_blob):
             if blob and not _FULL_BLOB_RE.match(blob):
@@ -132,7 +143,60 @@ def _trailer_errors(root: Path, rel: str, patch: Patch) -> list[LintError]:
     return errors
 
 
-def lint_upstream(root: Path, up: Upstream) -> list[LintError]:
+def upstream_test_errors(rel: str, patch: Patch, suite: UpstreamSuite) -> list[LintError]:
+    """The patch carries its upstream-native test: `Upstream-Test:` nodes in a test file the
+    patch itself adds or changes under the upstream's tests (what its PR will show)."""
+    end = patch.body[-1][0] if patch.body else max(patch.subject_line, 1)
+    nodes = [t for t in patch.trailers if t.key.lower() == UPSTREAM_TEST_KEY.lower()]
+    if not nodes:
+        return [
+            LintError(
+                rel,
+                end,
+                f"missing trailer `{UPSTREAM_TEST_KEY}:` (the upstream-native test the patch "
+                f"adds under {suite.tests_root}/, as a pytest node id from the upstream root)",
+            )
+        ]
+    changed = {f.path for f in patch.files if not f.is_deleted}
+    errors = []
+    for trailer in nodes:
+        match = TEST_RE.match(trailer.value)
+        if not match:
+            why = f"{UPSTREAM_TEST_KEY}: {trailer.value!r} is not a pytest node id (tests/.../test_x.py::test_name)"
+        elif not suite.is_test_file(match.group("file")):
+            why = f"{UPSTREAM_TEST_KEY}: {match.group('file')} is not under the upstream's {suite.test_top}/"
+        elif match.group("file") not in changed:
+            why = (
+                f"{UPSTREAM_TEST_KEY}: {match.group('file')} is not a file this patch adds or "
+                "changes: the PR must carry its test"
+            )
+        else:
+            continue
+        errors.append(LintError(rel, trailer.line, why))
+    return errors
+
+
+def depends_errors(
+    root: Path, rel: str, patch: Patch, earlier: set[str], manifest: Manifest
+) -> list[LintError]:
+    """`Depends-On: <Upstream>/<patch>` names an active patch; in the same upstream, an earlier one."""
+    errors = []
+    own = Path(rel).parent.name
+    for trailer in (t for t in patch.trailers if t.key.lower() == DEPENDS_KEY.lower()):
+        match = DEPENDS_RE.match(trailer.value)
+        if not match or match.group("upstream") not in manifest.upstreams:
+            why = f"{DEPENDS_KEY}: {trailer.value!r}: want <Upstream>/<patch file>, Upstream one of {', '.join(manifest.upstreams)}"
+        elif match.group("upstream") == own and match.group("patch") not in earlier:
+            why = f"{DEPENDS_KEY}: {match.group('patch')} is not earlier in patches/{own}/series"
+        elif not (root / "patches" / match.group("upstream") / match.group("patch")).is_file():
+            why = f"{DEPENDS_KEY}: patches/{trailer.value} does not exist"
+        else:
+            continue
+        errors.append(LintError(rel, trailer.line, why))
+    return errors
+
+
+def lint_upstream(root: Path, up: Upstream, manifest: Manifest | None = None) -> list[LintError]:
     series_dir = root / up.series_dir
     series_rel = (up.series_dir / SERIES_FILE).as_posix()
     try:
@@ -143,6 +207,7 @@ def lint_upstream(root: Path, up: Upstream) -> list[LintError]:
     checkout = checkout_dir(root, up)
     checkout_or_none = checkout if is_repo(checkout) else None
     seen: dict[str, int] = {}
+    suite = load_suites(root).get(up.name)
     for entry in entries:
         if entry.name in seen:
             errors.append(
@@ -171,7 +236,10 @@ def lint_upstream(root: Path, up: Upstream) -> list[LintError]:
             )
             continue
         rel = (up.series_dir / entry.name).as_posix()
-        errors += lint_patch(root, rel, parse_patch(path), checkout_or_none)
+        patch = parse_patch(path)
+        errors += lint_patch(root, rel, patch, checkout_or_none, suite)
+        if manifest is not None:
+            errors += depends_errors(root, rel, patch, set(seen) - {entry.name}, manifest)
     for path in sorted(series_dir.glob("*.patch")):
         if path.name not in seen:
             rel = (up.series_dir / path.name).as_posix()
@@ -186,7 +254,7 @@ def lint_upstream(root: Path, up: Upstream) -> list[LintError]:
 def lint_all(root: Path, manifest: Manifest, names: list[str] | None = None) -> list[LintError]:
     errors: list[LintError] = []
     for up in manifest.select(names):
-        errors += lint_upstream(root, up)
+        errors += lint_upstream(root, up, manifest)
         for problem in gitlink_problems(root, up):
             errors.append(LintError(MANIFEST_PATH.as_posix(), up.commit_line or up.line, problem))
         for problem in standin_problems(up):

@@ -22,8 +22,9 @@ def current_rows(root: Path) -> tuple[list[PatchRow], list[Measurement]]:
     return rows, [carried(r, old) for r in rows]
 
 
-def render(rows: list[PatchRow], live: list[Measurement]) -> dict[Path, str]:
-    return {PAGE: markdown(rows, live), DOCUMENT: json_document(rows, live)}
+def render(rows: list[PatchRow], live: list[Measurement], root: Path) -> dict[Path, str]:
+    """The page's files; `root` for the upstream-test record the page also shows."""
+    return {PAGE: markdown(rows, live, root), DOCUMENT: json_document(rows, live)}
 
 
 def stale(root: Path, texts: dict[Path, str]) -> list[Path]:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 from datetime import date
+from pathlib import Path
 
 from .live import Measurement, to_json
 from .rows import PatchRow
+from .upstream_tests import section
 
 HEADER = """# Carried patches (generated)
 
@@ -40,7 +42,7 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def markdown(rows: list[PatchRow], live: list[Measurement]) -> str:
+def markdown(rows: list[PatchRow], live: list[Measurement], root: Path | None = None) -> str:
     today = as_of(rows, live)
     out = [HEADER, f"As of {today or 'never measured'}: {len(rows)} patches carried.", ""]
     out += [
@@ -69,7 +71,9 @@ def markdown(rows: list[PatchRow], live: list[Measurement]) -> str:
             m.tripwire + (f" ({m.tripwire_measured})" if m.tripwire_measured else ""),
         ]
         out.append("| " + " | ".join(cells) + " |")
-    return "\n".join(out) + "\n"
+    if root is not None:
+        out += ["", *section(root, [(r.upstream, r.name, r.sha256) for r in rows])]
+    return "\n".join(out).rstrip("\n") + "\n"
 
 
 def json_document(rows: list[PatchRow], live: list[Measurement]) -> str:

@@ -16,6 +16,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..core.test_suites import UpstreamSuite
 from ..errors import PatchToolError
 
 PASSED, FAILED, SKIPPED, NOT_RUN = "passed", "failed", "skipped", "not-run"
@@ -99,16 +100,22 @@ def kill_children() -> None:
 
 
 def run_pytest(
-    root: Path, python: Path, nodes: list[str], env: dict[str, str] | None = None
+    root: Path,
+    python: Path,
+    nodes: list[str],
+    env: dict[str, str] | None = None,
+    extra: list[str] | None = None,
 ) -> Outcomes:
-    """One pytest process over `nodes` (extra `env` on top of ours); outcomes per test node.
+    """One pytest process over `nodes` (extra `env` on top of ours), run in `root` (this
+    repository, or an upstream tree for its own tests, with `extra` arguments); outcomes per
+    test node.
 
     The process runs in a session of its own so that `kill_children()` can end it (and whatever
     it started) when verify is interrupted.
     """
     with tempfile.TemporaryDirectory(prefix="patchtool-verify-") as tmp:
         junit = Path(tmp) / "junit.xml"
-        cmd = [str(python), "-m", "pytest", *pytest_args(junit, nodes)]
+        cmd = [str(python), "-m", "pytest", *(extra or []), *pytest_args(junit, nodes)]
         full_env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", **(env or {}))
         with subprocess.Popen(
             cmd,
@@ -138,3 +145,25 @@ def pytest_args(junit: Path, nodes: list[str]) -> list[str]:
     # tracebacks (source of every frame) cost seconds there and verify shows one line.
     args = ["-q", "--tb=short", "-p", "no:cacheprovider", "-o", "junit_family=xunit1"]
     return [*args, f"--junitxml={junit}", *sorted(set(nodes))]
+
+
+# The CPU compatibility layer for the upstreams' own tests (integration/mcore_grpo/upstream_cpu.py):
+# nccl -> gloo and CUDA devices -> CPU where CUDA is absent; failures caused only by missing
+# hardware or packages are reported as skips that say so.
+UPSTREAM_CPU_PLUGIN = "mcore_grpo.upstream_cpu"
+
+
+def upstream_pytest_args(suite: UpstreamSuite) -> list[str]:
+    """Arguments on top of the upstream's own pytest configuration (its addopts stay).
+
+    `--maxfail` undoes an `-x` in the upstream's addopts (NeMo-RL's): the gate must see every
+    test. The timeout turns a test that hangs on CPU into one failure.
+    """
+    return [
+        "-p",
+        UPSTREAM_CPU_PLUGIN,
+        f"--timeout={suite.timeout}",
+        "--maxfail=1000000",
+        "-W",
+        "ignore",
+    ]

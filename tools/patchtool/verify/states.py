@@ -18,12 +18,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.series import Patch
+from ..core.test_suites import UpstreamSuite
 from ..errors import PatchToolError
 from ..interrupts import signals_interrupt
 from .forkclient import ForkServer
 from .forkserver import GUARD_EXIT, GUARD_VAR, REPORT_VAR
-from .pytest_run import Outcomes, kill_children, parse_junit, pytest_args, run_pytest
-from .trees import left_out_tree, series_tree, tree_env_var
+from .pytest_run import (
+    Outcomes,
+    kill_children,
+    parse_junit,
+    pytest_args,
+    run_pytest,
+    upstream_pytest_args,
+)
+from .trees import reversed_tree, series_tree, tree_env_var
 
 
 @dataclass
@@ -33,6 +41,11 @@ class VerifyState:
     Every state names a tree for every upstream being verified (the series tree of each
     upstream, or for a left-out state its own upstream's tree less the patch), so every
     upstream module it imports comes from a scratch tree of this run, never the checkout.
+
+    With `suite` set the state runs the upstream's own tests instead of ours: from its own
+    upstream's tree, under that upstream's pytest configuration (verify/upstream_proof.py);
+    `reverse` then names the patches reverse-applied on the series tree (less the paths that
+    match `exclude`), and `dirs` test directories whose `test_*.py` files join `nodes`.
     """
 
     upstream: str
@@ -43,12 +56,38 @@ class VerifyState:
     outcomes: Outcomes = field(default_factory=Outcomes)
     seconds: float = 0.0  # wall
     cpu_s: float = 0.0  # the pytest process's CPU (forked states)
+    name: str = ""  # the patch whose tests run (with the series, or without it)
+    suite: UpstreamSuite | None = None
+    reverse: list[Patch] = field(default_factory=list)
+    exclude: tuple[str, ...] = ()
+    dirs: list[str] = field(default_factory=list)
+    role: str = ""  # what an upstream-suite state is, for progress lines
 
     @property
     def label(self) -> str:
+        if self.role:
+            return f"{self.upstream} {self.role}"
         return f"{self.upstream} {'without' if self.patch else 'with'} {self.name}"
 
-    name: str = ""  # the patch whose tests run (with the series, or without it)
+    def tree_name(self, index: int) -> str:
+        """The scratch directory of this state's own tree (for a reader of the scratch)."""
+        if self.patch is not None:
+            return f"without-{self.patch.path.stem}"
+        return f"state-{index}"
+
+    @property
+    def reversed_patches(self) -> list[Patch]:
+        return [self.patch] if self.patch is not None else self.reverse
+
+    def run_nodes(self, tree: Path) -> list[str]:
+        """`nodes` plus the `test_*.py` files directly in each of `dirs` that `tree` has."""
+        files = {
+            path.relative_to(tree).as_posix()
+            for rel in self.dirs
+            for path in (tree / rel).glob("test_*.py")
+            if path.is_file()
+        }
+        return sorted({*self.nodes, *files})
 
 
 def state_env(
@@ -96,12 +135,16 @@ class _Runner:
     def __init__(self, root: Path, python: Path, server: ForkServer | None) -> None:
         self.root, self.python, self.server = root, python, server
 
-    def run(self, state: VerifyState, env: dict[str, str], report: Path) -> None:
+    def run(self, state: VerifyState, tree: Path, env: dict[str, str], report: Path) -> None:
+        """Run `state`; `tree` is its own upstream's tree (an upstream suite runs from it)."""
         started = time.monotonic()
+        cwd, nodes = (tree, state.run_nodes(tree)) if state.suite else (self.root, state.nodes)
         if self.server is None:
-            state.outcomes = run_pytest(self.root, self.python, state.nodes, env)
+            args = upstream_pytest_args(state.suite) if state.suite else []
+            state.outcomes = run_pytest(cwd, self.python, nodes, env, args)
         else:
-            state.outcomes, state.cpu_s = self._forked(state.nodes, {**env, **self.server.env()})
+            full = {**env, **self.server.env()}
+            state.outcomes, state.cpu_s = self._forked(nodes, full, cwd, state.suite)
         state.seconds = time.monotonic() - started
         if report.exists() and report.read_text().strip():
             state.outcomes.invalid = (
@@ -109,18 +152,21 @@ class _Runner:
                 + report.read_text().strip().replace("\n", "; ")[:600]
             )
 
-    def _forked(self, nodes: list[str], env: dict[str, str]) -> tuple[Outcomes, float]:
+    def _forked(
+        self, nodes: list[str], env: dict[str, str], cwd: Path, suite: UpstreamSuite | None
+    ) -> tuple[Outcomes, float]:
         """One pytest run forked by the server: its outcomes and CPU seconds (its own, not
         those of the ranks it had the server fork)."""
         assert self.server is not None
         with tempfile.TemporaryDirectory(prefix="patchtool-verify-") as tmp:
             junit = Path(tmp) / "junit.xml"
-            argv = ["-m", "pytest", *pytest_args(junit, nodes)]
+            extra = upstream_pytest_args(suite) if suite else []
+            argv = ["-m", "pytest", *extra, *pytest_args(junit, nodes)]
             # Bytecode is written (into the scratch trees, mostly): the states sharing a tree
             # compile its modules once. A left-out tree never takes the series' bytecode
             # (left_out_tree copies no __pycache__).
             full_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-            proc = self.server.spawn(argv, {**full_env, **env}, self.root)
+            proc = self.server.spawn(argv, {**full_env, **env}, cwd)
             stdout, stderr = proc.communicate()
             tail = " | ".join(stdout.strip().splitlines()[-3:])
             if proc.returncode == GUARD_EXIT:
@@ -164,12 +210,15 @@ def run_states(
 
             def one(index: int, state: VerifyState) -> None:
                 own = dict(trees)
-                if state.patch is not None:
-                    dest = scratch / state.upstream / f"without-{state.patch.path.stem}"
-                    own[state.upstream] = left_out_tree(trees[state.upstream], state.patch, dest)
+                if state.reversed_patches:
+                    dest = scratch / state.upstream / state.tree_name(index)
+                    own[state.upstream] = reversed_tree(
+                        trees[state.upstream], state.reversed_patches, dest, state.exclude
+                    )
                 report = scratch / "reports" / f"{index}.txt"
                 report.parent.mkdir(exist_ok=True)
-                runner.run(state, state_env(own, packages, forbidden, report), report)
+                env = state_env(own, packages, forbidden, report)
+                runner.run(state, own[state.upstream], env, report)
                 say(progress, f"{state.label}: {state.seconds:.1f} s wall, {state.cpu_s:.1f} s CPU")
 
             futures = [pool.submit(one, i, s) for i, s in enumerate(states)]

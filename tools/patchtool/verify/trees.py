@@ -31,9 +31,22 @@ def series_tree(repo: Path, dest: Path) -> Path:
     return dest
 
 
-def left_out_tree(series: Path, patch: Patch, dest: Path) -> Path:
-    """`series` with `patch` reverse-applied, in `dest`: every file hard-linked from `series`
-    except the patch's own files, which are private copies (the shared tree stays intact)."""
+def left_out_tree(series: Path, patch: Patch, dest: Path, exclude: tuple[str, ...] = ()) -> Path:
+    """`series` with `patch` reverse-applied, in `dest` (`exclude`: git-apply path patterns of
+    the patch left in place, e.g. its upstream tests)."""
+    return reversed_tree(series, [patch], dest, exclude)
+
+
+def reversed_tree(
+    series: Path, patches: list[Patch], dest: Path, exclude: tuple[str, ...] = ()
+) -> Path:
+    """`series` with `patches` (in series order) reverse-applied last to first, in `dest`:
+    every file hard-linked from `series` except the patches' own files, which are private
+    copies (the shared tree stays intact).
+
+    One patch: the tripwire's left-out state. The tail of the series after a patch: the tree
+    of the series up to it (the regression gate's "before" tree and its attribution steps).
+    """
     # Without the series' bytecode: other states are writing it meanwhile (a file that is
     # renamed into place mid-copy would fail the copy), and this tree compiles its own.
     shutil.copytree(
@@ -43,24 +56,27 @@ def left_out_tree(series: Path, patch: Patch, dest: Path) -> Path:
         copy_function=os.link,
         ignore=shutil.ignore_patterns("__pycache__"),
     )
-    paths = sorted({f.path for f in patch.files} | {f.old_path for f in patch.files if f.old_path})
-    for rel in paths:
+    touched = {f.path for p in patches for f in p.files}
+    touched |= {f.old_path for p in patches for f in p.files if f.old_path}
+    for rel in sorted(touched):
         target = dest / rel
         if target.is_file() and not target.is_symlink():
             data = target.read_bytes()
             target.unlink()
             target.write_bytes(data)
-    data = patch.path.read_bytes()
     env = {"GIT_CEILING_DIRECTORIES": str(dest.parent)}  # a plain tree, not a repository
-    try:
-        git(["apply", "-R", "--check", "-"], dest, input=data, env=env)
-    except GitError as exc:
-        raise PatchToolError(
-            f"{patch.path.name} does not reverse-apply on the patched tree (a later patch in the "
-            "series touches the same lines): it cannot be left out alone; merge the two patches "
-            "or make the later one independent"
-        ) from exc
-    git(["apply", "-R", "-"], dest, input=data, env=env)
+    args = ["apply", "-R", *(f"--exclude={pattern}" for pattern in exclude)]
+    for patch in reversed(patches):
+        data = patch.path.read_bytes()
+        try:
+            git([*args, "--check", "-"], dest, input=data, env=env)
+        except GitError as exc:
+            raise PatchToolError(
+                f"{patch.path.name} does not reverse-apply on the patched tree (a later patch "
+                "in the series touches the same lines): it cannot be left out alone; merge the "
+                "two patches or make the later one independent"
+            ) from exc
+        git([*args, "-"], dest, input=data, env=env)
     return dest
 
 

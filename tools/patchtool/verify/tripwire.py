@@ -29,12 +29,12 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.checkout import checkout_dir, dirty_files
 from ..core.manifest import Upstream
-from ..core.series import Patch, load_series
+from ..core.series import Patch, SeriesEntry, load_series
 from ..core.state import upstream_status
 from ..errors import PatchToolError
 from ..source.detect import MISSING, STANDIN, Source, detect_source
@@ -80,7 +80,7 @@ def source_label(source: Source) -> str:
 
 
 @dataclass
-class _Plan:
+class TripwirePlan:
     """What verify will run for one upstream: its proofs and, per proof, its two states."""
 
     proofs: list[Proof]
@@ -88,6 +88,10 @@ class _Plan:
     states: list[
         tuple[VerifyState, VerifyState]
     ]  # (with the series, without the patch) per testable
+    # For the upstream's own tests (upstream_proof.py): set when the source is the exact pin.
+    series: list[tuple[SeriesEntry, Patch]] = field(default_factory=list)
+    repo: Path | None = None
+    packages: list[str] = field(default_factory=list)
 
 
 def import_roots(patches: list[Patch], root: Path, repo: Path) -> list[str]:
@@ -130,7 +134,7 @@ def _ours(package: str, root: Path) -> bool:
     return (root / top).exists() or (root / f"{top}.py").exists()
 
 
-def plan_upstream(root: Path, up: Upstream) -> _Plan:
+def plan_upstream(root: Path, up: Upstream) -> TripwirePlan:
     """The proofs of `up`'s series and the states to run for them (nothing runs yet)."""
     series = load_series(root / up.series_dir)
     source = detect_source(root, up)
@@ -143,7 +147,7 @@ def plan_upstream(root: Path, up: Upstream) -> _Plan:
                 f"{source.detail}; provide {up.path} (e.g. a local mirror and "
                 f"`git config --global url.<mirror>.insteadOf {up.url}`), then apply"
             )
-        return _Plan(proofs, [], [])
+        return TripwirePlan(proofs, [], [])
     row = upstream_status(root, up)
     repo = checkout_dir(root, up)
     if not row["patched_state"] or dirty_files(repo):
@@ -171,7 +175,8 @@ def plan_upstream(root: Path, up: Upstream) -> _Plan:
         )
         for proof, patch in testable
     ]
-    return _Plan(proofs, testable, states)
+    exact = not source.proxy and source.kind != STANDIN
+    return TripwirePlan(proofs, testable, states, series if exact else [], repo, packages)
 
 
 def verify_upstreams(
@@ -194,14 +199,17 @@ def verify_upstreams(
     run_states(root, python, states, jobs or os.cpu_count() or 1, progress, fork_server)
     proofs: list[Proof] = []
     for plan in plans:
+        fold_plan(plan)
         proofs += plan.proofs
-        for (proof, _), (with_all, without) in zip(plan.testable, plan.states, strict=True):
-            proof.with_patch, why_with = _combine(with_all.outcomes, proof.tests)
-            proof.without_patch, why_without = _combine(
-                without.outcomes, proof.tests, want_each=FAILED
-            )
-            proof.verdict, proof.detail = _verdict(proof, why_with, why_without)
     return proofs
+
+
+def fold_plan(plan: TripwirePlan) -> None:
+    """Each testable proof's verdict from its two states' outcomes."""
+    for (proof, _), (with_all, without) in zip(plan.testable, plan.states, strict=True):
+        proof.with_patch, why_with = _combine(with_all.outcomes, proof.tests)
+        proof.without_patch, why_without = _combine(without.outcomes, proof.tests, want_each=FAILED)
+        proof.verdict, proof.detail = _verdict(proof, why_with, why_without)
 
 
 def verify_upstream(

@@ -1,0 +1,157 @@
+"""verify's upstream half: a patch's Upstream-Test is proven from the upstream tree (fails with
+the source change left out, the test kept), and the regression gate names the test a patch
+breaks and the patch that broke it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from tests.tools.sandbox import Sandbox, run, write
+from tools.patchtool.commands.verify import render_gate, render_upstream
+from tools.patchtool.core.apply import apply_upstream
+from tools.patchtool.core.manifest import load_manifest
+from tools.patchtool.core.series import parse_patch
+from tools.patchtool.core.test_suites import load_suites
+from tools.patchtool.verify.regression import cause
+from tools.patchtool.verify.session import Options, StackResult, verify_stack
+
+SUITES = '[Up]\ntests_root = "tests/unit"\npackage = "pkg"\nbaseline = ""\ntimeout = 60\n'
+UPSTREAM = {
+    "pkg/__init__.py": "",
+    "pkg/sub/__init__.py": "",
+    "pkg/sub/mod.py": "VALUE = 1\n",
+    "pkg/other/__init__.py": "",
+    "pkg/other/thing.py": "X = 1\n",
+    "tests/__init__.py": "",
+    "tests/unit/__init__.py": "",
+    "tests/unit/sub/__init__.py": "",
+    "tests/unit/sub/test_mod.py": (
+        "from pkg.sub.mod import VALUE\n\n\n"
+        "def test_positive():\n    assert VALUE > 0\n\n\n"
+        "def test_is_one():\n    assert VALUE == 1\n"
+    ),
+    "tests/unit/other/__init__.py": "",
+    "tests/unit/other/test_thing.py": "from pkg.other.thing import X\n\n\ndef test_x():\n    assert X\n",
+}
+NEW_TEST = "from pkg.sub.mod import VALUE\n\n\ndef test_two():\n    assert VALUE == 2\n"
+UPDATED = UPSTREAM["tests/unit/sub/test_mod.py"].replace("VALUE == 1", "VALUE == 2")
+
+
+def _trailers(upstream_test: str) -> str:
+    return (
+        "Upstream-Status: pending\nOrigin: tests\nTest: tests/test_trip.py::test_trip\n"
+        f"Upstream-Test: {upstream_test}\n"
+    )
+
+
+def _stack(sandbox: Sandbox, patches: list[tuple[str, dict[str, str], str]]) -> StackResult:
+    """An upstream with `patches` (name, files, Upstream-Test) applied in order; verify's
+    upstream half run on it."""
+    repo, pin = sandbox.upstream("Up", UPSTREAM)
+    base, series = pin, {}
+    for name, files, node in patches:
+        series[name] = sandbox.make_patch(repo, base, files, f"Fix {name}", _trailers(node))
+        base = run(sandbox.tmp / "dev" / repo.name, "rev-parse", "HEAD")
+    sandbox.add("Up", str(repo), pin)
+    write(sandbox.root, {"patches/upstream-tests.toml": SUITES})
+    sandbox.set_series("Up", series)
+    sandbox.commit()
+    up = load_manifest(sandbox.root).upstreams["Up"]
+    assert apply_upstream(sandbox.root, up).state == "applied"
+    opts = Options(jobs=2, tripwires=False)
+    return verify_stack(sandbox.root, [up], Path(sys.executable), False, opts)
+
+
+def test_upstream_test_proven_and_updated_expectation_keeps_the_gate_green(
+    sandbox: Sandbox,
+) -> None:
+    files = {
+        "pkg/sub/mod.py": "VALUE = 2\n",
+        "tests/unit/sub/test_fix.py": NEW_TEST,
+        "tests/unit/sub/test_mod.py": UPDATED,
+    }
+    result = _stack(sandbox, [("fix.patch", files, "tests/unit/sub/test_fix.py::test_two")])
+    (proof,) = result.upstream
+    assert (proof.with_fix, proof.without_fix, proof.verdict) == ("passed", "failed", "proven")
+    assert proof.gate_dirs == ["tests/unit/sub"]
+    (gate,) = result.gates
+    assert gate.broken == []
+    assert (gate.total.run, gate.total.passed, gate.total.added) == (3, 3, 1)
+    assert "proven" in render_upstream(result.upstream)
+    assert "0 broken by the series" in render_gate(gate)
+    # The checkout is only read.
+    assert run(sandbox.root / "3rdparty/Up", "status", "--porcelain") == ""
+
+
+def test_upstream_test_that_passes_without_the_source_change_is_not_proven(
+    sandbox: Sandbox,
+) -> None:
+    always = "def test_two():\n    assert True\n"
+    files = {
+        "pkg/sub/mod.py": "VALUE = 2\n",
+        "tests/unit/sub/test_fix.py": always,
+        "tests/unit/sub/test_mod.py": UPDATED,
+    }
+    result = _stack(sandbox, [("fix.patch", files, "tests/unit/sub/test_fix.py::test_two")])
+    (proof,) = result.upstream
+    assert proof.verdict == "NOT PROVEN"
+    assert "passes without the patch's source change" in proof.detail
+
+
+def test_gate_names_the_broken_test_and_the_patch_that_broke_it(sandbox: Sandbox) -> None:
+    """Three patches; the second changes VALUE without updating test_is_one: the gate reports
+    test_is_one broken by the second patch, not the last."""
+    thing = "tests/unit/other/test_thing.py"
+    extra = "tests/unit/other/test_extra.py"
+    first = {
+        "pkg/other/thing.py": "X = 2\n",
+        thing: UPSTREAM[thing] + "\n\ndef test_y():\n    assert X == 2\n",
+    }
+    second = {"pkg/sub/mod.py": "VALUE = 2\n", "tests/unit/sub/test_fix.py": NEW_TEST}
+    third = {
+        "pkg/other/extra.py": "Z = 3\n",
+        extra: "from pkg.other.extra import Z\n\n\ndef test_z():\n    assert Z == 3\n",
+    }
+    result = _stack(
+        sandbox,
+        [
+            ("first.patch", first, f"{thing}::test_y"),
+            ("second.patch", second, "tests/unit/sub/test_fix.py::test_two"),
+            ("third.patch", third, f"{extra}::test_z"),
+        ],
+    )
+    (gate,) = result.gates
+    assert [(b.node, b.patch) for b in gate.broken] == [
+        ("tests/unit/sub/test_mod.py::test_is_one", "second.patch")
+    ]
+    assert gate.per_patch["second.patch"].broken == 1
+    assert gate.per_patch["first.patch"].broken == 0
+    assert "BROKEN tests/unit/sub/test_mod.py::test_is_one by second.patch" in render_gate(gate)
+    assert {p.patch: p.verdict for p in result.upstream} == dict.fromkeys(
+        ("first.patch", "second.patch", "third.patch"), "proven"
+    )
+
+
+def test_suite_layout_maps_sources_to_the_mirrored_test_directory(tmp_path: Path) -> None:
+    write(tmp_path, {"patches/upstream-tests.toml": SUITES, "tests/unit/sub/test_a.py": ""})
+    suite = load_suites(tmp_path)["Up"]
+    patch_text = (
+        "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+        "From: A <a@b>\nDate: Sun, 22 Nov 2026 00:00:00 +0000\nSubject: [PATCH] x\n\nbody\n---\n"
+        "diff --git a/pkg/sub/deeper/mod.py b/pkg/sub/deeper/mod.py\n"
+        "index 1111111111111111111111111111111111111111..2222222222222222222222222222222222222222 100644\n"
+        "--- a/pkg/sub/deeper/mod.py\n+++ b/pkg/sub/deeper/mod.py\n@@ -1 +1 @@\n-a\n+b\n"
+    )
+    path = tmp_path / "x.patch"
+    path.write_text(patch_text)
+    assert suite.gate_dirs(parse_patch(path), tmp_path) == ["tests/unit/sub"]
+    assert suite.is_test_file("tests/unit/sub/test_a.py")
+    assert not suite.is_test_file("pkg/sub/mod.py")
+
+
+def test_cause_groups_cpu_skips_and_failures() -> None:
+    assert cause("skipped", "upstream-cpu: needs CUDA (Torch not compiled)") == "needs CUDA"
+    assert (
+        cause("failed", "AssertionError: 3 != 4 at 0x7f00") == "failed: AssertionError: N != N at N"
+    )

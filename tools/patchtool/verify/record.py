@@ -1,0 +1,58 @@
+"""`verify --record`: the upstream-test figures as docs/upstream-tests.json, which the status
+page (status_page/) renders.
+
+Why a file: the status page is regenerated and checked (`report --check`) without running the
+upstream suites (minutes); the figures are measured by `verify --record` and committed with the
+series they describe (each patch file's sha256 is recorded, so a stale row shows).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..core.manifest import load_manifest
+from ..core.test_suites import RECORD_PATH
+
+if TYPE_CHECKING:
+    from .session import StackResult
+
+
+def record_data(root: Path, result: StackResult) -> dict[str, object]:
+    """The record's content: per upstream its gate and per patch its upstream test."""
+    manifest = load_manifest(root)
+    upstreams: dict[str, object] = {}
+    gates = {gate.upstream: gate for gate in result.gates}
+    for name in sorted({p.upstream for p in result.upstream} | set(gates)):
+        up = manifest.upstreams[name]
+        gate = gates.get(name)
+        patches = {}
+        for proof in (p for p in result.upstream if p.upstream == name):
+            counts = gate.per_patch.get(proof.patch) if gate else None
+            patch_file = root / up.series_dir / proof.patch
+            patches[proof.patch] = {
+                "sha256": hashlib.sha256(patch_file.read_bytes()).hexdigest(),
+                "upstream_tests": proof.tests,
+                "verdict": proof.verdict,
+                "detail": proof.detail,
+                "gate_dirs": proof.gate_dirs,
+                "gate": asdict(counts) if counts else None,
+            }
+        upstreams[name] = {
+            "baseline": gate.baseline if gate else "",
+            "gate_dirs": gate.dirs if gate else [],
+            "gate": asdict(gate.total) if gate else None,
+            "broken": [asdict(b) for b in gate.broken] if gate else [],
+            "patches": patches,
+        }
+    return {"upstreams": upstreams, "seconds": result.seconds}
+
+
+def write_record(root: Path, result: StackResult) -> Path:
+    path = root / RECORD_PATH
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record_data(root, result), indent=2, sort_keys=True) + "\n")
+    return path

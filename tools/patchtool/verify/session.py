@@ -1,0 +1,118 @@
+"""One `verify` run over the stack: the tripwires (tripwire.py), each patch's upstream test
+(upstream_proof.py) and the regression gate (regression.py), all states in one pool.
+
+Why one pool: every state is one process on scratch trees; running them together keeps both
+cores busy (the upstream suites import megatron-core afresh, ~20 s of CPU each, and cannot be
+preloaded by the fork server). A second, small round runs only when the gate finds broken
+tests: those tests on each prefix of the series, to name the patch that broke each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..core.manifest import Upstream
+from ..core.test_suites import load_suites
+from .regression import Gate, attribute, attribution_states, gate_of
+from .states import VerifyState, run_states, say
+from .tripwire import Proof, TripwirePlan, fold_plan, plan_upstream
+from .upstream_proof import SuitePlan, UpstreamProof, fold_suite, plan_suite
+
+
+@dataclass
+class Options:
+    """What to run (all by default) and how."""
+
+    jobs: int = 1
+    fork_server: bool = True
+    tripwires: bool = True
+    own_tests: bool = True  # each patch's Upstream-Test, proven
+    gate: bool = True  # the upstream's tests of the touched directories, before and after
+
+
+@dataclass
+class StackResult:
+    proofs: list[Proof] = field(default_factory=list)
+    upstream: list[UpstreamProof] = field(default_factory=list)
+    gates: list[Gate] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # suites not run here, and why
+    seconds: dict[str, float] = field(default_factory=dict)  # wall per kind of state
+
+
+def _suite_plans(
+    root: Path, ups: list[Upstream], plans: list[TripwirePlan], opts: Options, notes: list[str]
+) -> list[SuitePlan]:
+    suites = load_suites(root)
+    out = []
+    for up, plan in zip(ups, plans, strict=True):
+        suite = suites.get(up.name)
+        if suite is None:
+            notes.append(
+                f"{up.name}: no [{up.name}] in patches/upstream-tests.toml: its own tests are not run"
+            )
+        elif not plan.series or plan.repo is None:
+            notes.append(
+                f"{up.name}: its own tests need the exact pinned source (a clone), not a release "
+                "archive or a missing checkout: not run here"
+            )
+        else:
+            out.append(plan_suite(suite, plan.series, plan.repo, plan.packages, gate=opts.gate))
+    return out
+
+
+def verify_stack(
+    root: Path, ups: list[Upstream], python: Path, progress: bool, opts: Options
+) -> StackResult:
+    """Plan, run and fold every state of `ups`."""
+    result = StackResult()
+    plans = [plan_upstream(root, up) for up in ups]
+    suites = (
+        _suite_plans(root, ups, plans, opts, result.notes) if opts.own_tests or opts.gate else []
+    )
+    tripwire_states = (
+        [s for plan in plans for pair in plan.states for s in pair] if opts.tripwires else []
+    )
+    suite_states = [s for plan in suites for s in plan.states]
+    # Longest first, as far as can be told before running: the suite runs (many files), then
+    # states with more nodes, then left-out states (their tests fail slowly).
+    ordered = sorted(
+        [*suite_states, *tripwire_states],
+        key=lambda s: (-len(s.dirs), -len(s.nodes), s.patch is None),
+    )
+    run_states(root, python, ordered, opts.jobs, progress, opts.fork_server)
+    result.seconds = _seconds(tripwire_states, suite_states)
+    for plan in plans:
+        if opts.tripwires:
+            fold_plan(plan)
+        result.proofs += plan.proofs
+    for suite in suites:
+        fold_suite(suite)
+        result.upstream += suite.proofs
+        gate = gate_of(suite)
+        if gate is not None:
+            _attribute(root, python, progress, opts, suite, gate)
+            result.gates.append(gate)
+    return result
+
+
+def _attribute(
+    root: Path, python: Path, progress: bool, opts: Options, suite: SuitePlan, gate: Gate
+) -> None:
+    prefixes = attribution_states(suite, gate)
+    if prefixes:
+        say(
+            progress,
+            f"{gate.upstream}: {len(gate.broken)} upstream tests broken; finding the patch",
+        )
+        run_states(root, python, [s for _, s in prefixes], opts.jobs, progress, opts.fork_server)
+    if gate.broken:
+        attribute(gate, suite.series, prefixes)
+
+
+def _seconds(tripwires: list[VerifyState], suites: list[VerifyState]) -> dict[str, float]:
+    """Process seconds per kind of state (summed wall of each state; the pool overlaps them)."""
+    return {
+        "tripwire states": round(sum(s.seconds for s in tripwires), 1),
+        "upstream suite states": round(sum(s.seconds for s in suites), 1),
+    }
