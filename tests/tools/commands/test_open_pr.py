@@ -1,7 +1,8 @@
 """`open-pr` and `set-status`: PR branch, title and body from a patch, offline.
 
 A local bare repository is the fork remote; a fake `gh` records its argv. Patch subjects
-full of shell syntax must arrive byte-exact in argv and never run.
+full of shell syntax must arrive byte-exact in argv and never run. The person running the tool
+is git's user.name/user.email of the isolated global config (`contributor`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.tools.repos import init_repo, make_superproject, numbered, run
+from tests.tools.core.pr_templates import NEMO_RL
+from tests.tools.repos import init_repo, make_superproject, numbered, run, write
 from tools.patchtool.cli import main
 from tools.patchtool.core.apply import apply_upstream
 from tools.patchtool.core.manifest import load_manifest
@@ -22,6 +24,20 @@ pytestmark = pytest.mark.usefixtures("isolated_git")
 
 
 MOD = "pkg/mod.py"
+ADA = "Ada Lovelace <ada@example.org>"
+
+
+def set_identity(
+    tmp_path: Path, name: str = "Ada Lovelace", email: str = "ada@example.org"
+) -> None:
+    """user.name/user.email in the isolated global config (tests/tools/repos.isolate_git)."""
+    config = tmp_path / "isolated.gitconfig"
+    config.write_text(f"[user]\n\tname = {name}\n\temail = {email}\n" if name else "")
+
+
+@pytest.fixture(autouse=True)
+def contributor(tmp_path: Path, isolated_git: None) -> None:
+    set_identity(tmp_path)
 
 
 def hostile_subject(tmp_path: Path) -> str:
@@ -242,3 +258,199 @@ def test_set_status_validates_and_rewrites_only_the_trailer(
     )
     assert main(["--root", str(root), "set-status", str(path), "submitted", url]) == 0
     assert "nothing changed" in capsys.readouterr().out
+
+
+# --- the PR a contributor would open by hand (issue 45 item 5) -------------------------------
+
+BOT_ENV = {
+    "GIT_AUTHOR_NAME": "mcore-rl-stack",
+    "GIT_AUTHOR_EMAIL": "mcore-rl-stack@users.noreply.github.com",
+}
+BOT_SIGNOFF = "Signed-off-by: mcore-rl-stack <mcore-rl-stack@users.noreply.github.com>"
+UPSTREAM_TEST = "tests/unit/test_mod.py"
+CONVENTIONAL = "Titles follow Conventional Commits: `fix(scope): description`.\n"
+
+
+def bot_patch(
+    upstream: Path, base: str, files: dict[str, list[str]], message: str
+) -> tuple[bytes, str]:
+    """(mbox, commit) of one commit on `base` by this repository's bot identity."""
+    run(["checkout", "-q", "--detach", base], upstream)
+    for rel, lines in files.items():
+        write(upstream, rel, lines)
+    run(["add", "--", *files], upstream)
+    run(["commit", "-q", "-F", "-"], upstream, env=BOT_ENV, input=message.encode())
+    sha = run(["rev-parse", "HEAD"], upstream)
+    data = run(
+        ["format-patch", "--stdout", "--full-index", "--no-signature", "-k", "HEAD^!"], upstream
+    )
+    run(["checkout", "-q", "main"], upstream)
+    return (data + "\n").encode(), sha
+
+
+def message(subject: str, *trailers: str) -> str:
+    return f"{subject}\n\nWhy: `mod` forgets line 1.\n\nUpstream-Status: pending\n" + "\n".join(
+        [*trailers, BOT_SIGNOFF, ""]
+    )
+
+
+@pytest.fixture
+def nemo_like(tmp_path: Path) -> tuple[Path, Path]:
+    """An upstream with NeMo-RL's PR template and a conventional-commits CONTRIBUTING.md; one
+    patch by the bot that fixes pkg/mod.py and adds an upstream test, every trailer of ours."""
+    upstream = tmp_path / "upstream"
+    init_repo(
+        upstream,
+        {
+            MOD: numbered(40),
+            ".github/PULL_REQUEST_TEMPLATE.md": list(NEMO_RL.rstrip("\n").split("\n")),
+            "CONTRIBUTING.md": [CONVENTIONAL],
+        },
+    )
+    text = message(
+        "Fix the first line of mod",
+        "Bug: https://github.com/NVIDIA-NeMo/RL/issues/5",
+        "Origin: mcore-rl-stack; issue 45",
+        "Test: tests/patches/test_mod.py::test_fix",
+        f"Upstream-Test: {UPSTREAM_TEST}::test_first_line",
+    )
+    files = {
+        MOD: ["line 1 fixed", *numbered(40)[1:]],
+        UPSTREAM_TEST: ["def test_first_line():", "    pass"],
+    }
+    data, _ = bot_patch(upstream, "v1", files, text)
+    root = make_superproject(tmp_path / "super", upstream, patches=[("fix.patch", data)])
+    fork = tmp_path / "fork.git"
+    run(["init", "-q", "--bare", str(fork)], tmp_path)
+    run(["remote", "add", "fork", str(fork)], root / "3rdparty/Up")
+    return root, fork
+
+
+def test_pushed_commit_is_the_contributors_own_with_the_upstream_test(
+    nemo_like: tuple[Path, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    root, fork = nemo_like
+    patch_file = root / "patches/Up/fix.patch"
+    before = patch_file.read_bytes()
+    monkeypatch.setenv("PATH", git_only_path(tmp_path))
+    args = ["--root", str(root), "open-pr", "patches/Up/fix.patch", "--remote", "fork", "--push"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    branch = "mcore-rl-stack/fix"
+    who = run(["log", "-1", "--format=%an <%ae>%n%cn <%ce>", branch], fork)
+    assert who == f"{ADA}\n{ADA}"
+    assert run(["log", "-1", "--format=%(trailers)", branch], fork) == f"Signed-off-by: {ADA}"
+    full = run(["log", "-1", "--format=%B", branch], fork)
+    assert (
+        full == f"Fix the first line of mod\n\nWhy: `mod` forgets line 1.\n\nSigned-off-by: {ADA}"
+    )
+    for foreign in (
+        "Upstream-",
+        "Origin",
+        "Test:",
+        "Bug:",
+        "Depends-On",
+        "mcore-rl-stack",
+        "noreply",
+    ):
+        assert foreign not in full, foreign
+    assert UPSTREAM_TEST in run(["ls-tree", "-r", "--name-only", branch], fork).split("\n")
+    assert patch_file.read_bytes() == before  # our trailers stay in our patch file
+    body = (root / ".cache/pr/Up-fix.md").read_text()
+    assert body.startswith("# What does this PR do ?\n\nWhy: `mod` forgets line 1.\n\n**Tests**\n")
+    assert f"- `{UPSTREAM_TEST}::test_first_line`" in body
+    assert (
+        "- Related to https://github.com/NVIDIA-NeMo/RL/issues/5" in body
+    )  # not a GitHub upstream here
+    assert "- [x] Did you write any new necessary tests?" in body
+    assert "- [ ] Did you run the unit tests and functional tests locally?" in body
+    assert "- [ ] Did you add or update any necessary documentation?" in body
+    for ours in ("<!--", "Upstream-Status", "tests/patches", "Origin", "mcore-rl-stack"):
+        assert ours not in body, ours
+    assert "filled .github/PULL_REQUEST_TEMPLATE.md" in out
+    assert (
+        "note: title: not `type(scope): description` (Conventional Commits) (CONTRIBUTING.md)"
+        in out
+    )
+    assert "note: 3 checklist box(es) of the template left for you to answer" in out
+
+
+def test_unset_identity_is_refused_in_one_line(
+    nemo_like: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, _fork = nemo_like
+    checkout = root / "3rdparty/Up"
+    set_identity(tmp_path, name="")
+    args = ["--root", str(root), "open-pr", "patches/Up/fix.patch"]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(
+        "error: 3rdparty/Up: git user.name and user.email not set"
+    )
+    assert 'git config --global user.name "Your Name"' in err
+    assert run(["branch", "--list", "mcore-rl-stack/*"], checkout) == ""
+    # As resolved in the checkout: its own config counts.
+    run(["config", "user.name", "Grace Hopper"], checkout)
+    run(["config", "user.email", "grace@example.org"], checkout)
+    assert main(args) == 0
+    trailers = run(["log", "-1", "--format=%an|%(trailers)", "mcore-rl-stack/fix"], checkout)
+    assert trailers == "Grace Hopper|Signed-off-by: Grace Hopper <grace@example.org>"
+
+
+@pytest.fixture
+def chain(tmp_path: Path) -> Path:
+    """Two patches of one upstream: p2 edits what p1 wrote (it applies only on top of it)."""
+    upstream = tmp_path / "upstream"
+    init_repo(upstream, {MOD: numbered(40)})
+    p1, sha = bot_patch(
+        upstream, "v1", {MOD: ["line 1 v2", *numbered(40)[1:]]}, message("fix(mod): one")
+    )
+    text = message("fix(mod): two", "Depends-On: Up/p1.patch")
+    p2, _ = bot_patch(upstream, sha, {MOD: ["line 1 v3", *numbered(40)[1:]]}, text)
+    return make_superproject(
+        tmp_path / "super", upstream, patches=[("p1.patch", p1), ("p2.patch", p2)]
+    )
+
+
+def test_stack_opens_on_the_dependency_pr_branch(
+    chain: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, checkout = chain, chain / "3rdparty/Up"
+    cli = ["--root", str(root), "open-pr"]
+    assert main([*cli, "patches/Up/p2.patch", "--stack"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no branch mcore-rl-stack/p1 (the PR branch of p1.patch)" in err
+    assert "open that PR first: tools/patches open-pr patches/Up/p1.patch" in err
+    assert main([*cli, "patches/Up/p2.patch"]) == 1  # without --stack it does not apply on main
+    err = capsys.readouterr().err
+    assert "does not apply" in err and "it Depends-On p1.patch" in err and "--stack" in err
+    assert main([*cli, "patches/Up/p1.patch"]) == 0
+    capsys.readouterr()
+    assert main([*cli, "patches/Up/p2.patch", "--stack"]) == 0
+    out = capsys.readouterr().out
+    assert run(["rev-parse", "mcore-rl-stack/p2^"], checkout) == run(
+        ["rev-parse", "mcore-rl-stack/p1"], checkout
+    )
+    assert run(["log", "-1", "--format=%an <%ae>", "mcore-rl-stack/p2"], checkout) == ADA
+    assert "base:  mcore-rl-stack/p1" in out
+    assert "pr:    gh pr create --base mcore-rl-stack/p1 --head mcore-rl-stack/p2 " in out
+    body = (root / ".cache/pr/Up-p2.md").read_text()
+    assert '- Stacked on "fix(mod): one" (PR not opened yet; branch `mcore-rl-stack/p1`)' in body
+    assert main([*cli, "patches/Up/p1.patch", "--stack"]) == 1
+    assert "p1.patch has no Depends-On: on another Up patch" in capsys.readouterr().err
+
+
+def test_onto_starts_elsewhere_and_keeps_the_pr_base(
+    setup: tuple[Path, Path, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, _fork, _subject = setup
+    checkout = root / "3rdparty/Up"
+    cli = ["--root", str(root), "open-pr", "patches/Up/fix.patch"]
+    assert main([*cli, "--onto", "nosuchref"]) == 1
+    assert "--onto nosuchref: no such commit here" in capsys.readouterr().err
+    assert main([*cli, "--onto", "v1"]) == 0
+    assert "gh pr create --base main --head mcore-rl-stack/fix" in capsys.readouterr().out
+    assert run(["rev-parse", "mcore-rl-stack/fix^"], checkout) == run(["rev-parse", "v1"], checkout)

@@ -1,6 +1,8 @@
-"""`tools/patches open-pr PATCH [--push]`: an upstream PR branch, title and body from a patch
-(core/pull_request.py). Prints the branch, title, body file and the push/gh commands; with
---push runs them and records `Upstream-Status: submitted <URL>`. Exit OK, or an `error:` line.
+"""`tools/patches open-pr PATCH [--stack] [--push]`: the upstream PR a contributor would open
+by hand, from a patch (core/pull_request.py): the commit authored and signed off by you, the
+body the upstream's PR template filled in. Prints the branch, title, body file, notes and the
+push/gh commands; with --push runs them and records `Upstream-Status: submitted <URL>`. Exit
+OK, or an `error:` line.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ import shlex
 import sys
 
 from ..command import Command, root_of
-from ..core.pull_request import BRANCH_PREFIX, open_pr
+from ..core.pr_sources import BRANCH_PREFIX
+from ..core.pull_request import open_pr
 from ..errors import ExitCode
 
 
@@ -19,8 +22,20 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--push", action="store_true", help="run git push and gh pr create")
     parser.add_argument("--remote", default="origin", help="remote to push to (your fork)")
     parser.add_argument("--base", default="main", help="upstream branch the PR targets")
+    parser.add_argument(
+        "--onto",
+        default="",
+        metavar="COMMIT",
+        help="start the PR branch here instead of <remote>/<base> (e.g. the pin, offline)",
+    )
     parser.add_argument("--branch", default="", help=f"default: {BRANCH_PREFIX}<patch name>")
     parser.add_argument("--force", action="store_true", help="rebuild an existing PR branch")
+    parser.add_argument(
+        "--stack",
+        action="store_true",
+        help="open it on top of the PR branch of the same-upstream patch it Depends-On (made "
+        "by an earlier open-pr), with that branch as the PR base, as ghstack does",
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -32,10 +47,14 @@ def _run(args: argparse.Namespace) -> int:
         branch=args.branch,
         push=args.push,
         force=args.force,
+        stack=args.stack,
+        onto=args.onto,
     )
     print(f"branch {pr.branch} at {pr.commit[:12]} (from {pr.start[:12]}) in {pr.upstream}")
+    print(f"base:  {pr.base}")
     print(f"title: {pr.title}")
-    print(f"body:  {pr.body_file}")
+    where = f"filled {pr.template}" if pr.template else "the upstream has no PR template"
+    print(f"body:  {pr.body_file} ({where})")
     print("push:  " + shlex.join(pr.push))
     print("pr:    " + shlex.join(pr.gh))
     for note in pr.notes:

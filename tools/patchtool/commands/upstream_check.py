@@ -1,6 +1,7 @@
 """`tools/patches upstream-check [UPSTREAM...] [--json] [--allow-missing]`: each upstream's own
-formatters/linters and DCO rule on every patch (upstream_check/). Exit FAILED on a finding or
-an error, NOT_VERIFIED when something was not checked here unless --allow-missing, else OK.
+formatters/linters, DCO and copyright-header rules on every patch (upstream_check/). Exit
+FAILED on a finding or an error, NOT_VERIFIED when something was not checked here unless
+--allow-missing, else OK.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ def render(reports: list[UpstreamReport]) -> str:
         out += [f"  check: {c}" for c in r.checks]
         if r.dco:
             out.append(f"  dco: {r.dco}")
+        if r.copyright:
+            out.append(f"  copyright: {r.copyright}")
         for p in r.patches:
             new = p.new_findings
             old = len(p.findings) - len(new)
@@ -83,8 +86,8 @@ def _run(args: argparse.Namespace) -> int:
 
 UPSTREAM_CHECK = Command(
     "upstream-check",
-    "run each upstream's own formatters/linters (pinned versions, its config) and DCO rule on "
-    "the files each patch touches",
+    "run each upstream's own formatters/linters (pinned versions, its config), DCO rule and "
+    "copyright header (new files) on the files each patch touches",
     _configure,
     _run,
 )

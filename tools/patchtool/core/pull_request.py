@@ -1,10 +1,14 @@
-"""`open-pr PATCH`: turn a patch file into an upstream PR branch, title and body.
+"""`open-pr PATCH`: turn a patch file into the upstream PR a contributor would open by hand.
 
-In the upstream checkout (never its work tree: a temporary worktree is used) a branch is
-made from the upstream base and the patch is applied with `git am`; the PR title is the
-subject, the body the commit message (why, how tested, when it can be dropped) plus the
-tripwire test. The `git push` and `gh pr create` commands are printed as argument lists
-(`shlex.join` is for display only); `--push` runs them as lists, so no byte of the patch
+In the upstream checkout a branch is made from the PR's base (the upstream branch, `--onto` a
+commit, or with `--stack` the PR branch of the patch this one `Depends-On`): the patch applied
+as `git am` would, in a temporary index (the checkout's HEAD, index and files untouched), its
+tree committed as the contributor's own: authored by git's user.name/user.email, this
+repository's trailers out, the contributor's `Signed-off-by` in (core/pr_template.py). The
+title is the subject, checked against the upstream's title convention (core/pr_title.py); the
+body is the upstream's PR template filled with what the patch knows (without one: the message
+and the tripwire test). The `git push` and `gh pr create` commands are printed as argument
+lists (`shlex.join` is for display only); `--push` runs them as lists, so no byte of the patch
 ever reaches a shell. Without `--push` nothing leaves the machine.
 """
 
@@ -22,17 +26,33 @@ from pathlib import Path
 
 from ..errors import GitError, PatchToolError
 from .checkout import checkout_dir, is_real_clone, is_repo, standin_spec
-from .git import git, git_ok, git_text, rev, run
-from .manifest import Upstream
+from .git import git, git_text, rev, run
+from .manifest import Upstream, load_manifest
 from .patch_status import locate_patch, set_status
+from .pr_sources import (
+    BRANCH_PREFIX,
+    contributor,
+    github_repo,
+    load_dependencies,
+    read_convention,
+    read_template,
+    stack_base,
+)
+from .pr_template import (
+    BUG_KEY,
+    Dependency,
+    Identity,
+    PrFacts,
+    facts_block,
+    fill_template,
+    split_trailers,
+    upstream_message,
+)
+from .pr_title import title_notes
 from .series import Patch, parse_patch
+from .test_suites import UPSTREAM_TEST_KEY
 
-BRANCH_PREFIX = "mcore-rl-stack/"
 PR_DIR = Path(".cache") / "pr"
-# Trailers meaningful only inside this repository (Origin: names us, Test: a path of ours);
-# upstream reviewers do not need them.
-INTERNAL_TRAILERS = ("upstream-status", "upstream-evidence", "origin", "test")
-_GITHUB_RE = re.compile(r"github\.com[:/]([^/]+)/([^/]+?)(?:\.git)?/?$")
 
 
 @dataclass
@@ -44,6 +64,8 @@ class PullRequest:
     commit: str
     title: str
     body_file: str
+    base: str = "main"  # the branch the PR targets (a stacked PR: its dependency's PR branch)
+    template: str = ""  # the upstream's PR template the body fills ("" = none)
     push: list[str] = field(default_factory=list)
     gh: list[str] = field(default_factory=list)
     pushed: bool = False
@@ -52,16 +74,10 @@ class PullRequest:
     failed: str = ""  # set when a step after the push failed: what was done, what is left
 
 
-def github_repo(url: str) -> str:
-    """`https://github.com/NVIDIA/Megatron-LM.git` -> `NVIDIA/Megatron-LM` ('' if not GitHub)."""
-    match = _GITHUB_RE.search(url)
-    return f"{match.group(1)}/{match.group(2)}" if match else ""
-
-
 def test_source(root: Path, node: str) -> str:
     """The source of test `path::name` (or `path::Class::name`) in this repository, else "".
 
-    Inlined in the PR body so reviewers see the test itself, not a path into this repository.
+    Inlined in a template-less PR body so reviewers see the test itself, not a path of ours.
     """
     path, _, name = node.partition("::")
     file = root / path
@@ -91,51 +107,93 @@ def test_source(root: Path, node: str) -> str:
     return textwrap.dedent(segment) if segment else ""
 
 
-def pr_body(message_body: str, patch: Patch, root: Path) -> str:
-    """The PR description as an upstream contribution: the commit message without this
-    repository's trailers, and the tripwire test inlined (never a path of ours)."""
-    lines = message_body.rstrip("\n").split("\n")
-    kept = [x for x in lines if not x.lower().startswith(tuple(k + ":" for k in INTERNAL_TRAILERS))]
-    while kept and not kept[-1].strip():
-        kept.pop()
-    tests = patch.trailer_values("Test")
-    out = ["\n".join(kept), ""]
+def pr_body(facts: PrFacts, patch: Patch, root: Path) -> str:
+    """The body where the upstream has no PR template: the message without trailers, the
+    upstream test, issue and dependencies, and the tripwire test inlined (never a path of ours)."""
+    out = [*facts_block(facts, issues_placed=False), ""]
+    tests = [] if facts.test_files or facts.upstream_tests else patch.trailer_values("Test")
     if tests:
         out += ["## Test", ""]
-        for node in tests:
-            source = test_source(root, node)
-            name = node.rpartition("::")[2]
-            if source:
-                out += [
-                    f"`{name}` fails on the unpatched upstream, passes with this change:",
-                    "",
-                    "```python",
-                    source.rstrip("\n"),
-                    "```",
-                    "",
-                ]
-            else:
-                out += [
-                    f"A regression test (`{name}`) fails on the unpatched upstream, passes with "
-                    "this change.",
-                    "",
-                ]
+    for node in tests:
+        source = test_source(root, node)
+        name = node.rpartition("::")[2]
+        if source:
+            out += [
+                f"`{name}` fails on the unpatched upstream, passes with this change:",
+                "",
+                "```python",
+                source.rstrip("\n"),
+                "```",
+                "",
+            ]
+        else:
+            out += [
+                f"A regression test (`{name}`) fails on the unpatched upstream, passes with "
+                "this change.",
+                "",
+            ]
     return "\n".join(out).strip("\n") + "\n"
 
 
-def _start_point(repo: Path, remote: str, base: str) -> str:
+def _start_point(repo: Path, remote: str, base: str, onto: str = "") -> str:
+    """The commit the PR branch starts at: `onto` when given, else `<remote>/<base>`."""
+    if onto:
+        sha = rev(repo, f"{onto}^{{commit}}")
+        if not sha:
+            raise PatchToolError(f"{repo}: --onto {onto}: no such commit here; fetch it first")
+        return sha
     for name in (f"refs/remotes/{remote}/{base}", f"refs/remotes/origin/{base}", base):
         sha = rev(repo, f"{name}^{{commit}}")
         if sha:
             return sha
     raise PatchToolError(
         f"{repo}: no {remote}/{base} or {base} to branch from; fetch it "
-        f"(git -C {repo} fetch {remote} {base}) or pass --base <branch or commit>"
+        f"(git -C {repo} fetch {remote} {base}) or pass --onto <commit it applies to>"
     )
 
 
-def build_branch(repo: Path, start: str, branch: str, patch_file: Path, force: bool) -> str:
-    """`git am` the patch on `start` in a temporary worktree; point `branch` at the result."""
+def _identity_env(who: Identity) -> dict[str, str]:
+    return {
+        "GIT_AUTHOR_NAME": who.name,
+        "GIT_AUTHOR_EMAIL": who.email,
+        "GIT_COMMITTER_NAME": who.name,
+        "GIT_COMMITTER_EMAIL": who.email,
+    }
+
+
+def _apply(repo: Path, start: str, patch_file: Path, hint: str) -> tuple[str, str, str]:
+    """(tree, subject, body) of the patch applied to `start` as `git am` would (`git mailinfo -k`,
+    then `git apply` without fuzz), in a temporary index: no work tree is checked out, so the
+    checkout is untouched and one lacking some blobs (a partial mirror) still works."""
+    with tempfile.TemporaryDirectory(prefix="open-pr-") as tmp:
+        msg, diff, index = (Path(tmp) / name for name in ("msg", "diff", "index"))
+        info = git(["mailinfo", "-k", str(msg), str(diff)], repo, input=patch_file.read_bytes())
+        env = {"GIT_INDEX_FILE": str(index)}
+        git(["read-tree", start], repo, env=env)
+        try:
+            git(["apply", "--cached", str(diff)], repo, env=env)
+        except GitError as exc:
+            raise PatchToolError(
+                f"{patch_file.name} does not apply to {start[:12]} ({exc.stderr.strip()[:200]}); "
+                + (
+                    hint
+                    or "rebase the series onto it first (tools/patches rebase ... --to <ref>) "
+                    "or pass --onto <commit it applies to>"
+                )
+            ) from exc
+        tree = git_text(["write-tree"], repo, env=env)
+        body = git(["stripspace"], repo, input=msg.read_bytes())
+    # With -k a folded subject comes back as several `Subject:` lines; am joins them by newlines
+    # (the message's first paragraph, which `%s` shows as one line).
+    subject = "\n".join(x[9:] for x in info.split("\n") if x.startswith("Subject: "))
+    return tree, subject.strip(), body
+
+
+def build_branch(
+    repo: Path, start: str, branch: str, patch: Patch, who: Identity, force: bool, hint: str = ""
+) -> str:
+    """The PR commit on `start`, the patch's change as the contributor's own commit (author,
+    committer and sign-off: `who`; our trailers out); `branch` points at it."""
     ref = f"refs/heads/{branch}"
     existing = rev(repo, ref)
     if existing and not force:
@@ -143,45 +201,32 @@ def build_branch(repo: Path, start: str, branch: str, patch_file: Path, force: b
             f"{repo}: branch {branch} exists ({existing[:12]}); pass --force to rebuild it "
             f"or --branch <other name>"
         )
-    # The person running this commits; without a configured identity, the patch author does.
-    committer: dict[str, str] = {}
-    if not git_ok(["var", "GIT_COMMITTER_IDENT"], repo):
-        author = parse_patch(patch_file)
-        committer = {
-            "GIT_COMMITTER_NAME": author.author_name,
-            "GIT_COMMITTER_EMAIL": author.author_email,
-        }
-    with tempfile.TemporaryDirectory(prefix="open-pr-") as tmp:
-        worktree = Path(tmp) / "wt"
-        git(["worktree", "add", "-q", "--detach", str(worktree), start], repo)
-        try:
-            args = ["-c", "core.hooksPath=/dev/null", "am", "-k", "--quiet", "--no-3way"]
-            git([*args, str(patch_file)], worktree, env=committer)
-            head = git_text(["rev-parse", "HEAD"], worktree)
-        except GitError as exc:
-            raise PatchToolError(
-                f"{patch_file.name} does not apply to {start[:12]} ({exc.stderr.strip()[:200]}); "
-                "rebase the series onto it first (tools/patches rebase ... --to <ref>) or pass "
-                "--base <ref it applies to>"
-            ) from exc
-        finally:
-            git(["worktree", "remove", "--force", str(worktree)], repo, check=False)
-            git(["worktree", "prune"], repo, check=False)
+    env = _identity_env(who)
+    tree, subject, body = _apply(repo, start, patch.path, hint)
+    message = upstream_message(subject, body, who, patch.author_email)
+    head = git_text(["commit-tree", tree, "-p", start], repo, input=message, env=env)
     git(["update-ref", "-m", "tools/patches open-pr", ref, head], repo)
     return head
 
 
-def open_pr(
-    root: Path,
-    given: str,
-    *,
-    remote: str = "origin",
-    base: str = "main",
-    branch: str = "",
-    push: bool = False,
-    force: bool = False,
-    gh: str | None = None,
-) -> PullRequest:
+def _facts(patch: Patch, body: str, deps: list[Dependency], repo: str) -> PrFacts:
+    files = tuple(
+        (f.path, "deleted" if f.is_deleted else "new" if f.is_new else "changed")
+        for f in patch.files
+    )
+    return PrFacts(
+        summary=split_trailers(body)[0],
+        files=files,
+        issues=tuple(patch.trailer_values(BUG_KEY)),
+        upstream_tests=tuple(patch.trailer_values(UPSTREAM_TEST_KEY)),
+        dependencies=tuple(deps),
+        signed_off=True,
+        repo=repo,
+    )
+
+
+def _checked_patch(root: Path, given: str) -> tuple[Path, Upstream, Path, Patch]:
+    """(patch file, upstream, checkout, parsed patch); refuse a stand-in or a broken patch."""
     loc = locate_patch(root, given)
     up: Upstream = loc.upstream
     repo = checkout_dir(root, up)
@@ -195,31 +240,130 @@ def open_pr(
     if patch.problems:
         line, why = patch.problems[0]
         raise PatchToolError(f"{loc.path}:{line}: {why}; fix the patch first (tools/patches lint)")
-    branch = branch or BRANCH_PREFIX + loc.path.stem
-    start = _start_point(repo, remote, base)
-    head = build_branch(repo, start, branch, loc.path, force)
+    return loc.path, up, repo, patch
+
+
+def _notes(facts: PrFacts, body: str, stacked: Dependency | None, fork: bool) -> list[str]:
+    """What the contributor should know before pushing."""
+    notes = []
+    open_boxes = len(re.findall(r"^\s*[-*+]\s+\[ \]", body, re.M))
+    if open_boxes:
+        notes.append(f"{open_boxes} checklist box(es) of the template left for you to answer")
+    if not facts.test_files:
+        notes.append(
+            f"the patch adds no test under the upstream's tests/: the PR carries none "
+            f"(add one to the patch and name it in `{UPSTREAM_TEST_KEY}:`)"
+        )
+    same = [d for d in facts.dependencies if d.same_upstream]
+    if same and not stacked:
+        names = ", ".join(d.patch for d in same)
+        notes.append(
+            f"depends on {names} (same upstream): the body says so; --stack opens it on top"
+        )
+    if stacked:
+        notes.append(
+            f"stacked on {stacked.stacked_branch}: push that branch first (its open-pr --push did)"
+        )
+        if fork:
+            notes.append(
+                "GitHub needs the base branch in the upstream repository itself: from a fork, "
+                "retarget the PR to main once the dependency merges"
+            )
+    return notes
+
+
+def open_pr(
+    root: Path,
+    given: str,
+    *,
+    remote: str = "origin",
+    base: str = "main",
+    branch: str = "",
+    push: bool = False,
+    force: bool = False,
+    stack: bool = False,
+    onto: str = "",
+    gh: str | None = None,
+) -> PullRequest:
+    patch_path, up, repo, patch = _checked_patch(root, given)
+    who = contributor(repo, up)
+    deps = load_dependencies(root, patch, up, load_manifest(root))
+    where = (remote, base, onto)
+    start, pr_base, stacked, deps = _plan_base(root, repo, up, patch, deps, where, stack)
+    branch = branch or BRANCH_PREFIX + patch_path.stem
+    head = build_branch(repo, start, branch, patch, who, force, _apply_hint(deps, stacked))
     title = git_text(["log", "-1", "--format=%s", head], repo)
-    message_body = git_text(["log", "-1", "--format=%b", head], repo)
-    patch_rel = loc.path.relative_to(root.resolve()).as_posix()
-    body_dir = root / PR_DIR
-    body_dir.mkdir(parents=True, exist_ok=True)
-    body_file = body_dir / f"{up.name}-{loc.path.stem}.md"
-    body_file.write_text(pr_body(message_body, patch, root), encoding="utf-8")
+    message_body = git(["log", "-1", "--format=%b", head], repo)
+    facts = _facts(patch, message_body, deps, github_repo(up.url))
+    body_file, template, body = _write_body(root, up, patch, repo, start, facts)
     remote_url = git_text(["remote", "get-url", remote], repo, check=False)
-    push_cmd = ["git", "-C", str(repo), "push", remote, f"{head}:refs/heads/{branch}"]
     fork = github_repo(remote_url)
-    head_arg = f"{fork.split('/')[0]}:{branch}" if fork and fork != github_repo(up.url) else branch
-    gh_cmd = ["gh", "pr", "create", "--base", base, "--head", head_arg, "--title", title]
-    gh_cmd += ["--body-file", str(body_file)]
-    if github_repo(up.url):
-        gh_cmd[3:3] = ["--repo", github_repo(up.url)]
-    pr = PullRequest(
-        patch_rel, up.name, branch, start, head, title, str(body_file), push_cmd, gh_cmd
-    )
+    rel = patch_path.relative_to(root.resolve()).as_posix()
+    pr = PullRequest(rel, up.name, branch, start, head, title, str(body_file), pr_base, template)
+    pr.push = ["git", "-C", str(repo), "push", remote, f"{head}:refs/heads/{branch}"]
+    pr.gh = _gh_command(up, fork, pr)
+    advice = title_notes(title, read_convention(repo, start))
+    advice += _notes(facts, body, stacked, bool(fork) and fork != github_repo(up.url))
+    pr.notes = [f"note: {line}" for line in advice]
     if not push:
         pr.notes.append("nothing pushed (pass --push to run the commands above)")
         return pr
     return _push_and_create(root, pr, repo, up, remote, remote_url, gh)
+
+
+def _plan_base(
+    root: Path,
+    repo: Path,
+    up: Upstream,
+    patch: Patch,
+    deps: list[Dependency],
+    where: tuple[str, str, str],
+    stack: bool,
+) -> tuple[str, str, Dependency | None, list[Dependency]]:
+    """(start commit, PR base branch, the dependency stacked on, deps with it marked);
+    `where`: (remote, base branch, --onto commit or "")."""
+    remote, base, onto = where
+    if not stack:
+        return _start_point(repo, remote, base, onto), base, None, deps
+    if onto:
+        raise PatchToolError(
+            "--stack and --onto exclude each other: a stacked PR starts at its dependency's "
+            "PR branch"
+        )
+    stacked = stack_base(root, repo, up, patch, deps)
+    deps = [stacked if d.same_upstream and d.patch == stacked.patch else d for d in deps]
+    return rev(repo, f"refs/heads/{stacked.stacked_branch}"), stacked.stacked_branch, stacked, deps
+
+
+def _apply_hint(deps: list[Dependency], stacked: Dependency | None) -> str:
+    """What to do when a patch that needs an earlier one does not apply without it."""
+    same = [d.patch for d in deps if d.same_upstream]
+    if stacked or not same:
+        return ""
+    return f"it Depends-On {', '.join(same)}: open that PR first, then this one with --stack"
+
+
+def _write_body(
+    root: Path, up: Upstream, patch: Patch, repo: Path, start: str, facts: PrFacts
+) -> tuple[Path, str, str]:
+    """(body file, template path, body): the upstream's template filled, else the plain body."""
+    template, text = read_template(repo, start)
+    body_file = root / PR_DIR / f"{up.name}-{patch.path.stem}.md"
+    body_file.parent.mkdir(parents=True, exist_ok=True)
+    body = fill_template(text, facts) if template else pr_body(facts, patch, root)
+    body_file.write_text(body, encoding="utf-8")
+    return body_file, template, body
+
+
+def _gh_command(up: Upstream, fork: str, pr: PullRequest) -> list[str]:
+    """`gh pr create` for `pr` as an argument list (`--head owner:branch` from a fork)."""
+    upstream_repo = github_repo(up.url)
+    head_arg = f"{fork.split('/')[0]}:{pr.branch}" if fork and fork != upstream_repo else pr.branch
+    cmd = ["gh", "pr", "create", "--base", pr.base, "--head", head_arg, "--title", pr.title]
+    cmd += ["--body-file", pr.body_file]
+    if upstream_repo:
+        cmd[3:3] = ["--repo", upstream_repo]
+    return cmd
 
 
 def _push_and_create(

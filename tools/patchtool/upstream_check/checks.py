@@ -1,10 +1,12 @@
-"""`upstream-check`: would each patch pass the upstream's own formatters, linters and DCO rule?
+"""`upstream-check`: would each patch pass the upstream's own formatters, linters, DCO and
+copyright rules?
 
 A patch is PR-ready only if the upstream's CI accepts it. For every patch of a series this runs
 the upstream's pre-commit formatters/linters (ruff, black, isort, whitespace hooks) at the
 versions its `.pre-commit-config.yaml` pins, with its own configuration, on the files the patch
 touches, as they are in the patch's commit on branch `patched`; plus the DCO rule (a
-`Signed-off-by:` by the author) where the upstream's CONTRIBUTING.md asks for it.
+`Signed-off-by:` by the author) where the upstream's CONTRIBUTING.md asks for it, and the
+upstream's copyright header on every Python file the patch adds (config.COPYRIGHT_RULES).
 
 Formatters run through `uv tool run --from <tool>==<version>` (PyPI only), reading the file on
 stdin with `--stdin-filename`, from the checkout's root: the checkout's config files, excludes and
@@ -25,8 +27,9 @@ from ..core.series import Patch, load_series
 from ..errors import PatchToolError
 from ..source.detect import MISSING, detect_source
 from .config import load_checks
+from .copyright import copyright_findings, copyright_rule, patch_year
 from .dco import dco_findings, signoff_rule
-from .model import Check, CheckState, Finding, PatchReport, UpstreamReport
+from .model import COPYRIGHT, Check, CheckState, CopyrightRule, Finding, PatchReport, UpstreamReport
 from .runner import ToolRunner, find_uv
 
 # --- per upstream -------------------------------------------------------------------------
@@ -79,6 +82,36 @@ def patch_commits(repo: Path, pin: str, series: list[Patch], up: Upstream) -> li
     return commits
 
 
+def _check_files(
+    result: PatchReport,
+    patch: Patch,
+    repo: Path,
+    commits: tuple[str, str],
+    runner: ToolRunner,
+    checks: list[Check],
+    header_rule: CopyrightRule | None,
+) -> None:
+    """The checks on each file of `patch` as its commit has it (`commits`: it and its parent)."""
+    commit, parent = commits
+    result.files = [f.path for f in patch.files if not f.is_deleted and not f.binary]
+    new = {f.path for f in patch.files if f.is_new}
+    for path in result.files:
+        data = _blob(repo, commit, path)
+        if data is None or _blob(repo, "HEAD", path) is None:
+            result.notes.append(f"{path}: not in the patched tree (a later patch removes it)")
+            continue
+        if header_rule and path in new and path.endswith(".py"):
+            if COPYRIGHT not in result.ran:
+                result.ran.append(COPYRIGHT)
+            result.findings += copyright_findings(header_rule, path, data, patch_year(patch))
+        before = _blob(repo, parent, path)
+        for check in checks:
+            if check.applies(path, data):
+                if check.label not in result.ran:
+                    result.ran.append(check.label)
+                result.findings += _check_file(runner, check, path, data, before)
+
+
 def check_upstream(root: Path, up: Upstream, uv: str | None = None) -> UpstreamReport:
     """Run the upstream's own checks on every patch of `up`'s applied series."""
     start = time.monotonic()
@@ -107,26 +140,15 @@ def check_upstream(root: Path, up: Upstream, uv: str | None = None) -> UpstreamR
     signoff, report.dco = signoff_rule(repo, up, source)
     if signoff is None:
         report.unchecked.append(report.dco)
-    runner = ToolRunner(uv or find_uv(), repo)
+    header_rule, report.copyright = copyright_rule(up.name)
+    runner = ToolRunner(uv or (find_uv() if checks else ""), repo)  # no formatter: no uv
     for index, (_, patch) in enumerate(series):
         commit, parent = commits[index], commits[index - 1] if index else source.pin
-        files = [f.path for f in patch.files if not f.is_deleted and not f.binary]
-        result = PatchReport(patch.path.name, files)
-        patch_file = patch.path.relative_to(root).as_posix()
+        result = PatchReport(patch.path.name, [])
         if signoff:
             result.ran.append("dco")
-            result.findings += dco_findings(patch, patch_file)
-        for path in files:
-            data = _blob(repo, commit, path)
-            if data is None or _blob(repo, "HEAD", path) is None:
-                result.notes.append(f"{path}: not in the patched tree (a later patch removes it)")
-                continue
-            before = _blob(repo, parent, path)
-            for check in checks:
-                if check.applies(path, data):
-                    if check.label not in result.ran:
-                        result.ran.append(check.label)
-                    result.findings += _check_file(runner, check, path, data, before)
+            result.findings += dco_findings(patch, patch.path.relative_to(root).as_posix())
+        _check_files(result, patch, repo, (commit, parent), runner, checks, header_rule)
         report.patches.append(result)
     if report.unchecked and not checks:
         report.state = CheckState.NOT_CHECKED

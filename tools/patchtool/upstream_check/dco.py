@@ -11,23 +11,35 @@ from ..core.series import Patch
 from ..source.detect import STANDIN, Source
 from .model import Finding
 
-CONTRIBUTING_FILES = ("CONTRIBUTING.md", "CONTRIBUTING.rst", ".github/CONTRIBUTING.md")
-# Megatron-LM's CONTRIBUTING.md (core_v0.16.1, core_v0.19.0) does not ask for Signed-off-by.
-STANDIN_SIGNOFF: dict[str, bool] = {"Megatron-LM": False}
+# docs/developer/contribute.md: Megatron-LM's CONTRIBUTING.md only links that page.
+CONTRIBUTING_FILES = (
+    "CONTRIBUTING.md",
+    "CONTRIBUTING.rst",
+    ".github/CONTRIBUTING.md",
+    "docs/developer/contribute.md",
+)
+# Megatron-LM's docs/developer/contribute.md asks for Signed-off-by ("Signing Your Work") since
+# core_v0.19.0 (not at core_v0.16.1); the stand-in is a 0.19 release.
+STANDIN_SIGNOFF: dict[str, bool] = {"Megatron-LM": True}
 
 
 def signoff_rule(repo: Path, up: Upstream, source: Source) -> tuple[bool | None, str]:
     """(is a Signed-off-by required, why we think so); None: unknown here."""
-    for name in CONTRIBUTING_FILES:
-        path = repo / name
-        if path.is_file():
-            asks = "signed-off-by" in path.read_text("utf-8", errors="replace").lower()
-            return asks, f"{name} {'asks' if asks else 'does not ask'} for Signed-off-by"
+    present = [name for name in CONTRIBUTING_FILES if (repo / name).is_file()]
+    asking = [
+        name
+        for name in present
+        if "signed-off-by" in (repo / name).read_text("utf-8", errors="replace").lower()
+    ]
+    if asking:
+        return True, f"{asking[0]} asks for Signed-off-by"
+    if present:
+        return False, f"{present[0]} does not ask for Signed-off-by"
     if source.kind == STANDIN and up.name in STANDIN_SIGNOFF:
         asks = STANDIN_SIGNOFF[up.name]
         return (
             asks,
-            f"recorded: {up.name}'s CONTRIBUTING.md {'asks' if asks else 'does not ask'} for Signed-off-by (the stand-in lacks it)",
+            f"recorded: {up.name}'s contributing guide {'asks' if asks else 'does not ask'} for Signed-off-by (the stand-in lacks it)",
         )
     if source.kind == STANDIN:
         return None, "CONTRIBUTING.md not available on the stand-in: DCO not checked"

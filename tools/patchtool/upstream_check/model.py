@@ -12,6 +12,7 @@ from enum import StrEnum
 HOOKS_FILE = ".pre-commit-config.yaml"
 RUFF, RUFF_FORMAT, BLACK, ISORT = "ruff", "ruff-format", "black", "isort"
 TRAILING_WS, END_OF_FILE = "trailing-whitespace", "end-of-file-fixer"
+COPYRIGHT = "copyright"
 TOOL_TIMEOUT_S = 300.0
 DIFF_LINES = 30
 
@@ -47,6 +48,16 @@ class Check:
         if types & {"python", "pyi"} and path.endswith(_PY_SUFFIXES):
             return True
         return "text" in types and b"\0" not in data
+
+
+@dataclass(frozen=True)
+class CopyrightRule:
+    """The copyright header an upstream wants on a new Python file (config.COPYRIGHT_RULES)."""
+
+    first_line: str  # regex the header's first line matches (after a `#!`/coding line)
+    expected: str  # the first line to write; `{year}`: the year the patch was written
+    then: str = ""  # a line the header must hold after it (the license), "" = none
+    source: str = ""  # what the rule is derived from
 
 
 @dataclass
@@ -99,6 +110,7 @@ class UpstreamReport:
     detail: str = ""
     checks: list[str] = field(default_factory=list)
     dco: str = ""
+    copyright: str = ""  # the copyright-header rule checked on new files ("" = none known)
     not_run: list[str] = field(default_factory=list)
     unchecked: list[str] = field(default_factory=list)
     patches: list[PatchReport] = field(default_factory=list)
