@@ -38,6 +38,7 @@ class StackResult:
     gates: list[Gate] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # suites not run here, and why
     seconds: dict[str, float] = field(default_factory=dict)  # wall per kind of state
+    timings: list[tuple[str, float, float]] = field(default_factory=list)  # label, wall, CPU
 
 
 def _suite_plans(
@@ -82,6 +83,7 @@ def verify_stack(
     )
     run_states(root, python, ordered, opts.jobs, progress, opts.fork_server)
     result.seconds = _seconds(tripwire_states, suite_states)
+    result.timings = [(s.label, round(s.seconds, 1), round(s.cpu_s, 1)) for s in ordered]
     for plan in plans:
         if opts.tripwires:
             fold_plan(plan)
