@@ -249,3 +249,29 @@ def test_depends_on_names_an_earlier_active_patch(sandbox: Sandbox) -> None:
     assert any("'Nowhere/x.patch': want <Upstream>/<patch file>" in e for e in errors)
     assert any("ghost.patch is not earlier" in e for e in errors)
     assert len(errors) == 3
+
+
+def test_pending_upstream_tests_are_listed_with_their_reason(sandbox: Sandbox) -> None:
+    """A patch listed under `pending` may lack its upstream test; once it has one, lint asks
+    for it to leave the list."""
+    repo, pin = sandbox.upstream("Up", {"pkg/a.py": lines(4)})
+    test = "def test_new():\n    pass\n"
+    untested = sandbox.make_patch(repo, pin, {"pkg/a.py": lines(4, "y")}, "Fix without", BASE)
+    tested = sandbox.make_patch(
+        repo,
+        pin,
+        {"pkg/a.py": lines(4, "x"), "tests/unit/test_new.py": test},
+        "Fix with test",
+        BASE + "Upstream-Test: tests/unit/test_new.py::test_new\n",
+    )
+    sandbox.add("Up", str(repo), pin)
+    (sandbox.root / "patches").mkdir(exist_ok=True)
+    pending = '[Up.pending]\n"untested.patch" = "written next"\n"tested.patch" = "stale entry"\n'
+    (sandbox.root / "patches/upstream-tests.toml").write_text(SUITE + pending)
+    sandbox.set_series("Up", {"untested.patch": untested, "tested.patch": tested})
+    sandbox.commit()
+    errors = _lint(sandbox)
+    assert not any("untested.patch" in e for e in errors)
+    assert any(
+        "tested.patch has its `Upstream-Test:` now: remove it from `pending`" in e for e in errors
+    )

@@ -67,7 +67,7 @@ def render_gate(gate: Gate) -> str:
     lines = [
         f"regression gate {gate.upstream} (before: {gate.baseline}): {len(gate.dirs)} test "
         f"directories, {t.run} tests: {t.passed} pass, {t.broken} broken by the series, "
-        f"{t.failing_before} failing before, {t.failing_after} failing after, {t.skipped} "
+        f"{t.failing_before} not passing before, {t.failing_after} failing after, {t.skipped} "
         f"skipped, {t.added} added, {t.fixed} fixed"
     ]
     lines += [f"  {n:5d}  {why}" for why, n in t.causes.items()]
@@ -128,7 +128,7 @@ def _failed(result: StackResult, opts: Options, allow_missing: bool) -> bool:
     missing_only = all(p.unavailable for p in unproven)
     if opts.tripwires and unproven and not (missing_only and allow_missing):
         return True
-    if opts.own_tests and any(not p.proven for p in result.upstream):
+    if opts.own_tests and any(not p.proven and not p.pending for p in result.upstream):
         return True
     return any(gate.broken for gate in result.gates)
 

@@ -148,6 +148,18 @@ def upstream_test_errors(rel: str, patch: Patch, suite: UpstreamSuite) -> list[L
     patch itself adds or changes under the upstream's tests (what its PR will show)."""
     end = patch.body[-1][0] if patch.body else max(patch.subject_line, 1)
     nodes = [t for t in patch.trailers if t.key.lower() == UPSTREAM_TEST_KEY.lower()]
+    listed = patch.path.name in suite.pending
+    if listed and nodes:
+        return [
+            LintError(
+                rel,
+                nodes[0].line,
+                f"{patch.path.name} has its `{UPSTREAM_TEST_KEY}:` now: remove it from `pending` "
+                f"in patches/upstream-tests.toml [{suite.upstream}]",
+            )
+        ]
+    if listed:
+        return []
     if not nodes:
         return [
             LintError(

@@ -21,7 +21,7 @@ the test its PR shows. `tools/patches verify` proves it from the upstream tree u
 upstream's own pytest configuration (it passes on the series and fails with the patch's source
 change left out), and runs the upstream's own tests of the directories each patch touches on
 the tree before the series and on the series (the regression gate: a test that passed before
-and not after fails verify). Figures from `tools/patches verify --record` ({record}); "failing
+and not after fails verify). Figures from `tools/patches verify --record` ({record}); "not passing
 before" counts tests that already fail or skip without the series, "causes" why tests do not
 pass on the series (on this CPU machine; `needs ...` are skips by the CPU compatibility layer,
 `integration/mcore_grpo/upstream_cpu.py`).
@@ -61,7 +61,7 @@ def section(root: Path, patches: list[tuple[str, str, str]]) -> list[str]:
     if not record:
         return [*out, "Not recorded yet: run `tools/patches verify --record`.", ""]
     out += [
-        "| upstream | before the series | test dirs | run | pass | failing before | failing after "
+        "| upstream | before the series | test dirs | run | pass | not passing before | failing after "
         "| skipped | broken | causes on the series |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -76,7 +76,7 @@ def section(root: Path, patches: list[tuple[str, str, str]]) -> list[str]:
         )
     out += [
         "",
-        "| upstream | patch | upstream test | verdict | gate dirs | run | pass | failing before "
+        "| upstream | patch | upstream test | verdict | gate dirs | run | pass | not passing before "
         "| failing after | skipped | broken |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]

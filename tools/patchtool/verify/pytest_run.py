@@ -156,14 +156,17 @@ UPSTREAM_CPU_PLUGIN = "mcore_grpo.upstream_cpu"
 def upstream_pytest_args(suite: UpstreamSuite) -> list[str]:
     """Arguments on top of the upstream's own pytest configuration (its addopts stay).
 
-    `--maxfail` undoes an `-x` in the upstream's addopts (NeMo-RL's): the gate must see every
-    test. The timeout turns a test that hangs on CPU into one failure.
+    `--maxfail` undoes an `-x` in the upstream's addopts (NeMo-RL's) and
+    `--continue-on-collection-errors` pytest's stop at a file that does not import here: the
+    gate must see every test (an uncollectable file counts as one failing node). The timeout
+    turns a test that hangs on CPU into one failure.
     """
     return [
         "-p",
         UPSTREAM_CPU_PLUGIN,
         f"--timeout={suite.timeout}",
         "--maxfail=1000000",
+        "--continue-on-collection-errors",
         "-W",
         "ignore",
     ]

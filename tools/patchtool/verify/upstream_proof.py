@@ -38,6 +38,7 @@ class UpstreamProof:
     verdict: str = NONE
     detail: str = ""
     gate_dirs: list[str] = field(default_factory=list)
+    pending: str = ""  # why the patch has no upstream test yet (patches/upstream-tests.toml)
 
     @property
     def proven(self) -> bool:
@@ -112,7 +113,10 @@ def plan_suite(
         )
     for proof, patch in zip(proofs, patches, strict=True):
         if not proof.tests:
-            proof.detail = "the patch has no Upstream-Test: trailer"
+            proof.pending = suite.pending.get(proof.patch, "")
+            proof.detail = "the patch has no Upstream-Test: trailer" + (
+                f" (pending: {proof.pending})" if proof.pending else ""
+            )
             continue
         state = VerifyState(
             nodes=proof.tests,
