@@ -45,7 +45,9 @@ def _trailers(upstream_test: str) -> str:
     )
 
 
-def _stack(sandbox: Sandbox, patches: list[tuple[str, dict[str, str], str]]) -> StackResult:
+def _stack(
+    sandbox: Sandbox, patches: list[tuple[str, dict[str, str], str]], suites: str = SUITES
+) -> StackResult:
     """An upstream with `patches` (name, files, Upstream-Test) applied in order; verify's
     upstream half run on it."""
     repo, pin = sandbox.upstream("Up", UPSTREAM)
@@ -54,7 +56,7 @@ def _stack(sandbox: Sandbox, patches: list[tuple[str, dict[str, str], str]]) -> 
         series[name] = sandbox.make_patch(repo, base, files, f"Fix {name}", _trailers(node))
         base = run(sandbox.tmp / "dev" / repo.name, "rev-parse", "HEAD")
     sandbox.add("Up", str(repo), pin)
-    write(sandbox.root, {"patches/upstream-tests.toml": SUITES})
+    write(sandbox.root, {"patches/upstream-tests.toml": suites})
     sandbox.set_series("Up", series)
     sandbox.commit()
     up = load_manifest(sandbox.root).upstreams["Up"]
@@ -155,3 +157,26 @@ def test_cause_groups_cpu_skips_and_failures() -> None:
     assert (
         cause("failed", "AssertionError: 3 != 4 at 0x7f00") == "failed: AssertionError: N != N at N"
     )
+
+
+def test_a_listed_known_broken_test_is_reported_and_does_not_fail_the_gate(
+    sandbox: Sandbox,
+) -> None:
+    """`known_broken` in patches/upstream-tests.toml: the test is still reported (with the
+    reason), not attributed and not counted as new; a listed test that is not broken is stale."""
+    known = (
+        '[Up.known_broken]\n"tests/unit/sub/test_mod.py::test_is_one" = "expectation update due"\n'
+        '"tests/unit/sub/test_mod.py::test_positive" = "stale"\n'
+    )
+    files = {"pkg/sub/mod.py": "VALUE = 2\n", "tests/unit/sub/test_fix.py": NEW_TEST}
+    node = "tests/unit/sub/test_fix.py::test_two"
+    result = _stack(sandbox, [("fix.patch", files, node)], SUITES + known)
+    (gate,) = result.gates
+    assert [(b.node, b.known) for b in gate.broken] == [
+        ("tests/unit/sub/test_mod.py::test_is_one", "expectation update due")
+    ]
+    assert gate.new_broken == []
+    assert gate.stale_known == ["tests/unit/sub/test_mod.py::test_positive"]
+    text = render_gate(gate)
+    assert "known broken (patches/upstream-tests.toml)" in text
+    assert "remove from known_broken" in text

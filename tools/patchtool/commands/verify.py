@@ -71,8 +71,14 @@ def render_gate(gate: Gate) -> str:
         f"skipped, {t.added} added, {t.fixed} fixed"
     ]
     lines += [f"  {n:5d}  {why}" for why, n in t.causes.items()]
+    for b in gate.broken:
+        if b.known:
+            lines.append(f"  known broken (patches/upstream-tests.toml) {b.node}: {b.known}")
+        else:
+            lines.append(f"  BROKEN {b.node} by {b.patch}: {b.before} -> {b.after}: {b.detail}")
     lines += [
-        f"  BROKEN {b.node} by {b.patch}: {b.before} -> {b.after}: {b.detail}" for b in gate.broken
+        f"  no longer broken, remove from known_broken in patches/upstream-tests.toml: {node}"
+        for node in gate.stale_known
     ]
     return "\n".join(lines)
 
@@ -130,7 +136,7 @@ def _failed(result: StackResult, opts: Options, allow_missing: bool) -> bool:
         return True
     if opts.own_tests and any(not p.proven and not p.pending for p in result.upstream):
         return True
-    return any(gate.broken for gate in result.gates)
+    return any(gate.new_broken for gate in result.gates)
 
 
 def _run(args: argparse.Namespace) -> int:

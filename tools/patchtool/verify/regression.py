@@ -44,6 +44,7 @@ class Broken:
     after: str
     detail: str
     patch: str = ""  # the first patch on which it stops passing ("" until attributed)
+    known: str = ""  # why, where patches/upstream-tests.toml lists it as known broken
 
 
 @dataclass
@@ -56,6 +57,12 @@ class Gate:
     total: Counts
     per_patch: dict[str, Counts]
     broken: list[Broken]
+    stale_known: list[str] = field(default_factory=list)  # listed as broken, but not broken
+
+    @property
+    def new_broken(self) -> list[Broken]:
+        """The broken tests nobody has listed: these fail verify."""
+        return [b for b in self.broken if not b.known]
 
 
 def cause(outcome: str, detail: str) -> str:
@@ -113,15 +120,19 @@ def gate_of(plan: SuitePlan) -> Gate | None:
         proof.patch: count(plan.before.outcomes, plan.after.outcomes, proof.gate_dirs)[0]
         for proof in plan.proofs
     }
-    return Gate(plan.suite.upstream, plan.baseline_label, dirs, total, per_patch, broken)
+    known = plan.suite.known_broken
+    for item in broken:
+        item.known = known.get(item.node, "")
+    stale = sorted(set(known) - {b.node for b in broken})
+    return Gate(plan.suite.upstream, plan.baseline_label, dirs, total, per_patch, broken, stale)
 
 
 def attribution_states(plan: SuitePlan, gate: Gate) -> list[tuple[int, VerifyState]]:
     """States that run the broken tests on each prefix of the series past the baseline:
     (prefix length, state). The series tree itself is the full prefix, already run."""
-    if not gate.broken or plan.after is None:
+    if not gate.new_broken or plan.after is None:
         return []
-    nodes = sorted({b.node for b in gate.broken})
+    nodes = sorted({b.node for b in gate.new_broken})
     states = []
     for size in range(plan.baseline_index + 1, len(plan.series)):
         state = VerifyState(
@@ -139,7 +150,7 @@ def attribution_states(plan: SuitePlan, gate: Gate) -> list[tuple[int, VerifySta
 
 def attribute(gate: Gate, series: list[Patch], prefixes: list[tuple[int, VerifyState]]) -> None:
     """Name, for each broken test, the first patch after which it no longer passes."""
-    for item in gate.broken:
+    for item in gate.new_broken:
         culprit = series[-1]
         for size, state in prefixes:
             if state.outcomes.of(item.node)[0] != PASSED:

@@ -105,10 +105,10 @@ def _attribute(
     if prefixes:
         say(
             progress,
-            f"{gate.upstream}: {len(gate.broken)} upstream tests broken; finding the patch",
+            f"{gate.upstream}: {len(gate.new_broken)} upstream tests broken; finding the patch",
         )
         run_states(root, python, [s for _, s in prefixes], opts.jobs, progress, opts.fork_server)
-    if gate.broken:
+    if gate.new_broken:
         attribute(gate, suite.series, prefixes)
 
 
