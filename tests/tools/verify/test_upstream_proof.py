@@ -180,3 +180,39 @@ def test_a_listed_known_broken_test_is_reported_and_does_not_fail_the_gate(
     text = render_gate(gate)
     assert "known broken (patches/upstream-tests.toml)" in text
     assert "remove from known_broken" in text
+
+
+def test_tripwire_left_out_state_keeps_upstream_tests_a_later_patch_extends(
+    sandbox: Sandbox,
+) -> None:
+    """Two patches extend the same upstream test file: leaving the first out for its tripwire
+    must not try to reverse its test hunks (the second's hunks sit on them)."""
+    thing = "tests/unit/other/test_thing.py"
+    first_test = UPSTREAM[thing] + "\n\ndef test_y():\n    assert X == 2\n"
+    first = {"pkg/other/thing.py": "X = 2\n", thing: first_test}
+    second = {
+        "pkg/sub/mod.py": "VALUE = 2\n",
+        "tests/unit/sub/test_mod.py": UPDATED,
+        thing: first_test + "\n\ndef test_y2():\n    assert X > 1\n",
+    }
+    repo, pin = sandbox.upstream("Up", UPSTREAM)
+    base, series = pin, {}
+    for name, files, node in [
+        ("first.patch", first, f"{thing}::test_y"),
+        ("second.patch", second, f"{thing}::test_y2"),
+    ]:
+        series[name] = sandbox.make_patch(repo, base, files, f"Fix {name}", _trailers(node))
+        base = run(sandbox.tmp / "dev" / repo.name, "rev-parse", "HEAD")
+    sandbox.add("Up", str(repo), pin)
+    write(sandbox.root, {"patches/upstream-tests.toml": SUITES})
+    sandbox.set_series("Up", series)
+    sandbox.commit()
+    up = load_manifest(sandbox.root).upstreams["Up"]
+    assert apply_upstream(sandbox.root, up).state == "applied"
+    opts = Options(jobs=2, own_tests=False, gate=False)
+    result = verify_stack(sandbox.root, [up], Path(sys.executable), False, opts)
+    # The sandbox's tripwire always passes: not proven, but both left-out trees were built.
+    assert [(p.patch, p.without_patch) for p in result.proofs] == [
+        ("first.patch", "passed"),
+        ("second.patch", "passed"),
+    ]

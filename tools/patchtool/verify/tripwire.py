@@ -36,6 +36,7 @@ from ..core.checkout import checkout_dir, dirty_files
 from ..core.manifest import Upstream
 from ..core.series import Patch, SeriesEntry, load_series
 from ..core.state import upstream_status
+from ..core.test_suites import load_suites
 from ..errors import PatchToolError
 from ..source.detect import MISSING, STANDIN, Source, detect_source
 from ..source.proxy import check_series, proxy_name
@@ -168,10 +169,16 @@ def plan_upstream(root: Path, up: Upstream) -> TripwirePlan:
             proof.verdict, proof.detail = "no tripwire", "the patch has no Test: trailer"
     testable = [(proof, patch) for proof, patch in testable if proof.tests]
     packages = import_roots([patch for _, patch in series], root, repo)
+    # A left-out state leaves the patch's upstream tests in place: our tripwires never run
+    # them, and a later patch may extend the same test file (its hunks would not reverse).
+    suite = load_suites(root).get(up.name)
+    keep = (f"{suite.test_top}/*",) if suite else ()
     states = [
         (
             VerifyState(up.name, repo, proof.tests, None, packages, name=patch.path.name),
-            VerifyState(up.name, repo, proof.tests, patch, packages, name=patch.path.name),
+            VerifyState(
+                up.name, repo, proof.tests, patch, packages, name=patch.path.name, exclude=keep
+            ),
         )
         for proof, patch in testable
     ]
