@@ -139,6 +139,19 @@ def _failed(result: StackResult, opts: Options, allow_missing: bool) -> bool:
     return any(gate.new_broken for gate in result.gates)
 
 
+def _document(result: StackResult) -> dict[str, object]:
+    """The --json document: `patches` (the tripwire proofs, as before), then the upstream
+    half: `upstream_tests`, `gates`, `notes`, and where the time went."""
+    return {
+        "patches": [asdict(p) for p in result.proofs],
+        "upstream_tests": [asdict(p) for p in result.upstream],
+        "gates": [asdict(g) for g in result.gates],
+        "notes": result.notes,
+        "seconds": result.seconds,
+        "timings": result.timings,
+    }
+
+
 def _run(args: argparse.Namespace) -> int:
     root = root_of(args)
     python = Path(args.python) if args.python else venv_python(root)
@@ -154,7 +167,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.record:
         write_record(root, result)
     if args.json:
-        print(json.dumps(asdict(result), indent=2))
+        print(json.dumps(_document(result), indent=2))
     else:
         print(render(result, opts))
     return ExitCode.FAILED if _failed(result, opts, args.allow_missing) else ExitCode.OK
