@@ -25,7 +25,8 @@ from tools.patchtool.errors import PatchToolError
 from tools.patchtool.source.detect import STANDIN, detect_source
 from tools.patchtool.source.proxy import DIFFERS, IDENTICAL, NOT_VERIFIED
 from tools.patchtool.source.standin import Downloader
-from tools.patchtool.verify.tripwire import PROVEN_ON_PROXY, verify_upstream
+from tools.patchtool.verify.session import verify_upstream
+from tools.patchtool.verify.tripwire import PROVEN_ON_PROXY
 
 SPEC = Standin("sdist", "pkg", "v{version}", "1.0", True, {"pkg/": "src/pkg/"})
 TOOL = [sys.executable, str(REPO_ROOT / "tools" / "patches")]

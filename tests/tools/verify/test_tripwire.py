@@ -17,13 +17,8 @@ from tools.patchtool.commands.verify import render_table
 from tools.patchtool.core.apply import apply_upstream
 from tools.patchtool.core.manifest import load_manifest
 from tools.patchtool.core.series import FileDiff, Patch, parse_patch
-from tools.patchtool.verify.tripwire import (
-    NOT_RUN,
-    import_roots,
-    tripwire_hook,
-    verify_upstream,
-    verify_upstreams,
-)
+from tools.patchtool.verify.session import verify_upstream, verify_upstreams
+from tools.patchtool.verify.tripwire import NOT_RUN, import_roots, tripwire_hook
 
 # Tripwires read the tree verify names in PATCHTOOL_TREE_UP (tests/support/upstream_tree.py).
 TREE = (

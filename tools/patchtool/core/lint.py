@@ -208,7 +208,12 @@ def depends_errors(
     return errors
 
 
-def lint_upstream(root: Path, up: Upstream, manifest: Manifest | None = None) -> list[LintError]:
+def lint_upstream(
+    root: Path,
+    up: Upstream,
+    manifest: Manifest | None = None,
+    suite: UpstreamSuite | None = None,
+) -> list[LintError]:
     series_dir = root / up.series_dir
     series_rel = (up.series_dir / SERIES_FILE).as_posix()
     try:
@@ -219,7 +224,6 @@ def lint_upstream(root: Path, up: Upstream, manifest: Manifest | None = None) ->
     checkout = checkout_dir(root, up)
     checkout_or_none = checkout if is_repo(checkout) else None
     seen: dict[str, int] = {}
-    suite = load_suites(root).get(up.name)
     for entry in entries:
         if entry.name in seen:
             errors.append(
@@ -265,8 +269,9 @@ def lint_upstream(root: Path, up: Upstream, manifest: Manifest | None = None) ->
 
 def lint_all(root: Path, manifest: Manifest, names: list[str] | None = None) -> list[LintError]:
     errors: list[LintError] = []
+    suites = load_suites(root)
     for up in manifest.select(names):
-        errors += lint_upstream(root, up, manifest)
+        errors += lint_upstream(root, up, manifest, suites.get(up.name))
         for problem in gitlink_problems(root, up):
             errors.append(LintError(MANIFEST_PATH.as_posix(), up.commit_line or up.line, problem))
         for problem in standin_problems(up):

@@ -9,11 +9,12 @@ tests: those tests on each prefix of the series, to name the patch that broke ea
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.manifest import Upstream
-from ..core.test_suites import load_suites
+from ..core.test_suites import UpstreamSuite, load_suites
 from .regression import Gate, attribute, attribution_states, gate_of
 from .states import VerifyState, run_states, say
 from .tripwire import Proof, TripwirePlan, fold_plan, plan_upstream
@@ -42,9 +43,12 @@ class StackResult:
 
 
 def _suite_plans(
-    root: Path, ups: list[Upstream], plans: list[TripwirePlan], opts: Options, notes: list[str]
+    suites: dict[str, UpstreamSuite],
+    ups: list[Upstream],
+    plans: list[TripwirePlan],
+    opts: Options,
+    notes: list[str],
 ) -> list[SuitePlan]:
-    suites = load_suites(root)
     out = []
     for up, plan in zip(ups, plans, strict=True):
         suite = suites.get(up.name)
@@ -67,9 +71,10 @@ def verify_stack(
 ) -> StackResult:
     """Plan, run and fold every state of `ups`."""
     result = StackResult()
-    plans = [plan_upstream(root, up) for up in ups]
+    layouts = load_suites(root)
+    plans = [plan_upstream(root, up, layouts.get(up.name)) for up in ups]
     suites = (
-        _suite_plans(root, ups, plans, opts, result.notes) if opts.own_tests or opts.gate else []
+        _suite_plans(layouts, ups, plans, opts, result.notes) if opts.own_tests or opts.gate else []
     )
     tripwire_states = (
         [s for plan in plans for pair in plan.states for s in pair] if opts.tripwires else []
@@ -118,3 +123,23 @@ def _seconds(tripwires: list[VerifyState], suites: list[VerifyState]) -> dict[st
         "tripwire states": round(sum(s.seconds for s in tripwires), 1),
         "upstream suite states": round(sum(s.seconds for s in suites), 1),
     }
+
+
+def verify_upstreams(
+    root: Path,
+    ups: list[Upstream],
+    python: Path,
+    progress: bool,
+    jobs: int | None = None,
+    fork_server: bool = True,
+) -> list[Proof]:
+    """The tripwire proofs alone of each upstream whose checkout is present and applied."""
+    opts = Options(jobs or os.cpu_count() or 1, fork_server, own_tests=False, gate=False)
+    return verify_stack(root, ups, python, progress, opts).proofs
+
+
+def verify_upstream(
+    root: Path, up: Upstream, python: Path, progress: bool, jobs: int | None = None
+) -> list[Proof]:
+    """`verify_upstreams` of one upstream."""
+    return verify_upstreams(root, [up], python, progress, jobs)

@@ -164,7 +164,7 @@ class _Runner:
             argv = ["-m", "pytest", *extra, *pytest_args(junit, nodes)]
             # Bytecode is written (into the scratch trees, mostly): the states sharing a tree
             # compile its modules once. A left-out tree never takes the series' bytecode
-            # (left_out_tree copies no __pycache__).
+            # (reversed_tree copies no __pycache__).
             full_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
             proc = self.server.spawn(argv, {**full_env, **env}, cwd)
             stdout, stderr = proc.communicate()

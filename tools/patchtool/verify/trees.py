@@ -31,12 +31,6 @@ def series_tree(repo: Path, dest: Path) -> Path:
     return dest
 
 
-def left_out_tree(series: Path, patch: Patch, dest: Path, exclude: tuple[str, ...] = ()) -> Path:
-    """`series` with `patch` reverse-applied, in `dest` (`exclude`: git-apply path patterns of
-    the patch left in place, e.g. its upstream tests)."""
-    return reversed_tree(series, [patch], dest, exclude)
-
-
 def reversed_tree(
     series: Path, patches: list[Patch], dest: Path, exclude: tuple[str, ...] = ()
 ) -> Path:

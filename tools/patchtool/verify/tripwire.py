@@ -26,7 +26,6 @@ accepted by --allow-missing).
 
 from __future__ import annotations
 
-import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,12 +35,12 @@ from ..core.checkout import checkout_dir, dirty_files
 from ..core.manifest import Upstream
 from ..core.series import Patch, SeriesEntry, load_series
 from ..core.state import upstream_status
-from ..core.test_suites import load_suites
+from ..core.test_suites import UpstreamSuite
 from ..errors import PatchToolError
 from ..source.detect import MISSING, STANDIN, Source, detect_source
 from ..source.proxy import check_series, proxy_name
 from .pytest_run import FAILED, INVALID, NOT_RUN, PASSED, SKIPPED, Outcomes, run_pytest
-from .states import VerifyState, run_states
+from .states import VerifyState
 from .trees import full_tree, tree_env
 
 PROVEN, PROVEN_ON_PROXY, NOT_VERIFIED = "proven", "proven on proxy", "not verified here"
@@ -135,8 +134,9 @@ def _ours(package: str, root: Path) -> bool:
     return (root / top).exists() or (root / f"{top}.py").exists()
 
 
-def plan_upstream(root: Path, up: Upstream) -> TripwirePlan:
-    """The proofs of `up`'s series and the states to run for them (nothing runs yet)."""
+def plan_upstream(root: Path, up: Upstream, suite: UpstreamSuite | None) -> TripwirePlan:
+    """The proofs of `up`'s series and the states to run for them (nothing runs yet); `suite`
+    (its layout in patches/upstream-tests.toml, if any) says which files are its tests."""
     series = load_series(root / up.series_dir)
     source = detect_source(root, up)
     label = source_label(source)
@@ -171,7 +171,6 @@ def plan_upstream(root: Path, up: Upstream) -> TripwirePlan:
     packages = import_roots([patch for _, patch in series], root, repo)
     # A left-out state leaves the patch's upstream tests in place: our tripwires never run
     # them, and a later patch may extend the same test file (its hunks would not reverse).
-    suite = load_suites(root).get(up.name)
     keep = (f"{suite.test_top}/*",) if suite else ()
     states = [
         (
@@ -186,44 +185,12 @@ def plan_upstream(root: Path, up: Upstream) -> TripwirePlan:
     return TripwirePlan(proofs, testable, states, series if exact else [], repo, packages)
 
 
-def verify_upstreams(
-    root: Path,
-    ups: list[Upstream],
-    python: Path,
-    progress: bool,
-    jobs: int | None = None,
-    fork_server: bool = True,
-) -> list[Proof]:
-    """Prove each patch of each upstream whose checkout is present and applied."""
-    plans = [plan_upstream(root, up) for up in ups]
-    pairs = [pair for plan in plans for pair in plan.states]
-    # The pool takes states in this order: the longest first, as far as it can be told
-    # before running (more Test: nodes, then left-out states, whose tests fail slowly).
-    states = sorted(
-        (state for pair in pairs for state in pair),
-        key=lambda s: (-len(s.nodes), s.patch is None),
-    )
-    run_states(root, python, states, jobs or os.cpu_count() or 1, progress, fork_server)
-    proofs: list[Proof] = []
-    for plan in plans:
-        fold_plan(plan)
-        proofs += plan.proofs
-    return proofs
-
-
 def fold_plan(plan: TripwirePlan) -> None:
     """Each testable proof's verdict from its two states' outcomes."""
     for (proof, _), (with_all, without) in zip(plan.testable, plan.states, strict=True):
         proof.with_patch, why_with = _combine(with_all.outcomes, proof.tests)
         proof.without_patch, why_without = _combine(without.outcomes, proof.tests, want_each=FAILED)
         proof.verdict, proof.detail = _verdict(proof, why_with, why_without)
-
-
-def verify_upstream(
-    root: Path, up: Upstream, python: Path, progress: bool, jobs: int | None = None
-) -> list[Proof]:
-    """`verify_upstreams` of one upstream."""
-    return verify_upstreams(root, [up], python, progress, jobs)
 
 
 # What rebase calls after replaying a patch (its `TripwireHook`, structurally: verify does
