@@ -114,10 +114,20 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def timed(fn: Callable[[], Any], device: torch.device, repeat: int, warmup: int = 1) -> float:
-    """Median seconds of `fn` after `warmup` calls."""
+PEAKS: dict[str, float] = {}
+
+
+def timed(
+    fn: Callable[[], Any], device: torch.device, repeat: int, warmup: int = 1, name: str = ""
+) -> float:
+    """Median seconds of `fn` after `warmup` calls; with `name`, the peak GPU memory of the
+    timed calls (after the warm-up, so lazily created optimizer state counts on both sides)
+    goes to PEAKS[name] in GiB."""
     for _ in range(warmup):
         fn()
+    if device.type == "cuda":
+        sync(device)
+        torch.cuda.reset_peak_memory_stats()
     times = []
     for _ in range(repeat):
         sync(device)
@@ -125,6 +135,8 @@ def timed(fn: Callable[[], Any], device: torch.device, repeat: int, warmup: int 
         fn()
         sync(device)
         times.append(time.perf_counter() - start)
+    if name and device.type == "cuda":
+        PEAKS[name] = torch.cuda.max_memory_allocated() / 2**30
     return statistics.median(times)
 
 
@@ -252,20 +264,28 @@ def run(args: argparse.Namespace) -> list[str]:
     r = args.repeat
 
     worker.prepare_for_training()
-    split = timed(lambda: worker_split_step(worker, batch), device, r)
-    one_shot = timed(lambda: worker.train(batch), device, r)
+    split = timed(lambda: worker_split_step(worker, batch), device, r, name="split")
+    one_shot = timed(lambda: worker.train(batch), device, r, name="one_shot")
     with cpu_device(config.device):
-        own_step = timed(lambda: mcore_train_step(worker, batch), device, r)
+        own_step = timed(lambda: mcore_train_step(worker, batch), device, r, name="own_step")
     worker.prepare_for_lp_inference()
-    logprobs = timed(lambda: worker.get_logprobs(batch), device, r)
+    logprobs = timed(lambda: worker.get_logprobs(batch), device, r, name="logprobs")
     with cpu_device(config.device):
-        own_forward = timed(lambda: mcore_forward(worker, batch), device, r)
+        own_forward = timed(lambda: mcore_forward(worker, batch), device, r, name="own_forward")
     worker.prepare_for_generation()
     generate = timed(
-        lambda: worker.generate(prompt, torch.ones_like(prompt), params, gen), device, 1
+        lambda: worker.generate(prompt, torch.ones_like(prompt), params, gen),
+        device,
+        1,
+        name="generate",
     )
     with cpu_device(config.device):
-        own_decode = timed(lambda: mcore_static_decode(worker, prompt, args.new_tokens), device, 1)
+        own_decode = timed(
+            lambda: mcore_static_decode(worker, prompt, args.new_tokens),
+            device,
+            1,
+            name="own_decode",
+        )
     worker.finish_generation()
 
     params_b = sum(p.numel() for p in worker.policy.gpt.parameters()) / 1e9
@@ -289,7 +309,26 @@ def run(args: argparse.Namespace) -> list[str]:
         row("generate", gen_tokens, generate, own_decode, "StaticInferenceContext decode"),
         "",
         f"peak GPU memory (torch.cuda.max_memory_allocated): {peak}",
+        *peak_lines(),
     ]
+
+
+def peak_lines() -> list[str]:
+    """Peak GPU memory of each worker entry point beside megatron-core's own (target: within
+    10 %); empty without CUDA."""
+    pairs = (
+        ("split train step", "split", "own_step"),
+        ("one-shot train()", "one_shot", "own_step"),
+        ("get_logprobs", "logprobs", "own_forward"),
+        ("generate", "generate", "own_decode"),
+    )
+    if not PEAKS:
+        return []
+    lines = ["", "| peak GiB | worker | megatron-core's own | ratio |", "|---|---|---|---|"]
+    for label, ours, theirs in pairs:
+        a, b = PEAKS[ours], PEAKS[theirs]
+        lines.append(f"| {label} | {a:.1f} | {b:.1f} | {a / b:.2f}x |")
+    return lines
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -45,6 +45,9 @@ for up in Megatron-LM Megatron-Bridge NeMo-RL; do
 done >"$dest/src/PINS"
 tar czf "$dest/src.tar.gz" -C "$dest/src" .
 rm -rf "$dest/src"
+# The pinned megatron-core without the series, for the tripwire's unpatched run there.
+pin=$(git ls-tree HEAD 3rdparty/Megatron-LM | awk '{print $3}')
+git -C 3rdparty/Megatron-LM archive --format=tar.gz -o "$root/$dest/pin-core.tar.gz" "$pin" megatron/core
 
 # Packages the worker path imports that the machine's image lacks (its list:
 # /work/.library/device/KINDS.md): Megatron-Bridge imports omegaconf; NeMo-RL's math data
@@ -55,7 +58,7 @@ uv run --no-sync python benchmarks/device/site_bundle.py "$dest/site.tar.gz" \
 
 if $real_model; then
   mkdir -p "$dest-b"
-  tar czf "$dest/gsm8k.tar.gz" -C ../shared/data gsm8k
+  [[ ${NO_GSM8K:-} ]] || tar czf "$dest/gsm8k.tar.gz" -C ../shared/data gsm8k
   gguf=$(uv run --no-sync python -c 'from mcore_grpo.grpo.pretrained import smollm2_gguf; print(smollm2_gguf())')
   head -c 36500000 "$gguf" >"$dest/gguf.part-a"
   tail -c +36500001 "$gguf" >"$dest-b/gguf.part-b"

@@ -6,10 +6,16 @@
 #   1. pytest: the in-process worker tests on `cuda` (NCCL world of 1) and the `gpu` tests;
 #   2. bench_gpu.py: the worker's train step / logprobs / generate at Qwen2.5-1.5B's shape,
 #      each beside megatron-core's own way, as ratios;
-#   3. the gpu-smoke preset: `mcore-grpo --preset gpu-smoke --in-process`, 30 GRPO steps.
+#   2b. unpatched: the DDP-hook tripwire's `gpu` test (real CudaGraphManagers) against the PINNED
+#      megatron-core (bundle.sh's pin-core.tar.gz, without the series): it must FAIL there;
+#   3. parity: bench_smollm2_parity.py, SmolLM2-135M-Instruct through the worker against
+#      `transformers` on the GPU in fp32 and bf16 (logits, logprobs, sampling at batch 64), when
+#      the GGUF's two parts are there (bundle.sh --real-model: .device-b carried by an earlier
+#      call on the same warm machine);
+#   4. the gpu-smoke preset: `mcore-grpo --preset gpu-smoke --in-process`, 30 GRPO steps.
 # summary.txt has one line per stage (exit status, seconds). STAGES picks stages (default
-# "pytest bench smoke"); PYTEST_S / BENCH_S / SMOKE_S bound them in seconds; SMOKE_ARGS adds
-# config overrides to the smoke run (e.g. "policy.megatron_cfg.optimizer.lr=3e-6").
+# "pytest unpatched bench parity smoke"); PYTEST_S / BENCH_S / PARITY_S / SMOKE_S bound them in
+# seconds; SMOKE_ARGS adds config overrides to the smoke run (e.g. "policy.megatron_cfg.optimizer.lr=3e-6").
 set -uo pipefail
 # shellcheck source=benchmarks/device/unpack.sh
 source benchmarks/device/unpack.sh
@@ -21,7 +27,7 @@ source benchmarks/device/unpack.sh
   cat "$work/src/PINS"
 } >"$OUT/summary.txt" 2>&1
 
-STAGES=${STAGES:-pytest bench smoke}
+STAGES=${STAGES:-pytest unpatched bench parity smoke}
 stage() {
   local name=$1 limit=$2 start rc
   shift 2
@@ -39,7 +45,34 @@ stage pytest "${PYTEST_S:-240}" python3 -m pytest -p no:cacheprovider -q -m "not
   tests/patches/megatron_lm/test_ddp_forward_pre_hook.py tests/benchmarks
 [[ -f $OUT/pytest.log ]] && tail -n 40 "$OUT/pytest.log" | grep -E "passed|failed|error|FAILED|ERROR" >>"$OUT/summary.txt"
 
+# The pinned megatron-core first on the path; Bridge, NeMo-RL and megatron/training stay patched
+# (megatron is a namespace package in the bundle: core comes from the first entry).
+if [[ " $STAGES " == *" unpatched "* ]]; then
+  mkdir -p "$work/pin" && tar xzf .device/pin-core.tar.gz -C "$work/pin"
+  PYTHONPATH="$PWD:$PWD/integration:$work/pin:$work/src:$work/site" stage unpatched 120 \
+    python3 -m pytest -p no:cacheprovider -q --timeout 100 \
+    tests/patches/megatron_lm/test_ddp_forward_pre_hook.py -k gpu
+  if grep -q "1 failed" "$OUT/unpatched.log"; then
+    echo "unpatched: the tripwire FAILS on the pinned megatron-core, as it must" >>"$OUT/summary.txt"
+  else
+    echo "unpatched: the tripwire did NOT fail on the pinned megatron-core" >>"$OUT/summary.txt"
+  fi
+fi
+
 stage bench "${BENCH_S:-120}" python3 benchmarks/bench_gpu.py --repeat 3
+
+gguf=$work/SmolLM2-135M-Instruct.Q4_1.gguf
+if [[ " $STAGES " == *" parity "* ]] && [[ -f .device/gguf.part-a && -f .device-b/gguf.part-b ]]; then
+  cat .device/gguf.part-a .device-b/gguf.part-b >"$gguf"
+  if [[ $(sha256sum "$gguf" | awk '{print $1}') == $(cat .device/gguf.sha256) ]]; then
+    MCORE_GRPO_MODEL_CACHE=$work/models stage parity "${PARITY_S:-150}" \
+      python3 benchmarks/bench_smollm2_parity.py --device cuda --model "$gguf"
+  else
+    echo "stage parity: the GGUF reassembled from its parts does not match its sha256" >>"$OUT/summary.txt"
+  fi
+elif [[ " $STAGES " == *" parity "* ]]; then
+  echo "stage parity: skipped, the GGUF's parts are not both here (carry .device-b first)" >>"$OUT/summary.txt"
+fi
 
 # shellcheck disable=SC2086  # SMOKE_ARGS: words on purpose
 stage smoke "${SMOKE_S:-150}" python3 -m mcore_grpo.cli --preset gpu-smoke --in-process \
