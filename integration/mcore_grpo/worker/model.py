@@ -231,6 +231,12 @@ def _build_from_hf(config: WorkerConfig) -> tuple[Any, torch.nn.Module]:
     return gpt.config, gpt.to(config.torch_device)
 
 
+def has_masked_softmax_kernel() -> bool:
+    """Whether apex's compiled fused masked softmax (megatron-core's fp16/bf16 fast path) is
+    importable here."""
+    return importlib.util.find_spec("scaled_masked_softmax_cuda") is not None
+
+
 def without_missing_kernels(provider: Any, *, cpu: bool, te: bool) -> None:
     """Turn off the fusions a Bridge provider asks for whose kernels this machine lacks.
 
@@ -239,7 +245,13 @@ def without_missing_kernels(provider: Any, *, cpu: bool, te: bool) -> None:
     install TE >= 1.4"), on a GPU as on the CPU: seen on an H200 without TE. The CPU also lacks
     apex's and the CUDA-only fused kernels, and megatron-core's alltoall MoE dispatcher makes a
     CUDA stream when it is built (so the shared-expert overlap that needs it goes too).
+    A GPU without apex lacks the fused masked softmax: megatron-core's FusedScaleMaskSoftmax
+    imports apex's compiled `scaled_masked_softmax_cuda` for fp16/bf16 inputs
+    (fusions/fused_softmax.py get_batch_per_block), which raised ModuleNotFoundError on an H200
+    in bf16 (SmolLM2 through Bridge, whose Llama provider asks for the fusion).
     """
+    if cpu or not has_masked_softmax_kernel():
+        provider.masked_softmax_fusion = False
     if not te:
         provider.apply_rope_fusion = False
         provider.moe_permute_fusion = False
@@ -248,7 +260,6 @@ def without_missing_kernels(provider: Any, *, cpu: bool, te: bool) -> None:
     if cpu:
         provider.gradient_accumulation_fusion = False
         provider.bias_dropout_fusion = False
-        provider.masked_softmax_fusion = False
         provider.bias_activation_fusion = False
         if getattr(provider, "num_moe_experts", None):
             provider.moe_token_dispatcher_type = "allgather"

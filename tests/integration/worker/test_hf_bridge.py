@@ -220,8 +220,12 @@ def test_on_cuda_logits_equal_transformers_and_the_changed_model_exports(
 ) -> None:
     """The import and the export on the GPU, in-process at TP=1 (one GPU, NCCL world of 1):
     Bridge's model on `cuda` gives transformers' logits (fp32, transformers on the GPU too), and
-    a changed model exported from GPU memory loads in transformers with its logits."""
-    checkpoint = write_tiny_checkpoint(tmp_path / arch, arch)  # type: ignore[arg-type]
+    a changed model exported from GPU memory loads in transformers with its logits. The source
+    has a tokenizer, as a real checkpoint does: Bridge's export copies it, and without one
+    `transformers` 5.17 (the H200's) raises where 5.8 did not."""
+    from mcore_grpo.grpo.hf_model import task_hf_tokenizer
+
+    checkpoint = write_tiny_checkpoint(tmp_path / arch, arch, tokenizer=task_hf_tokenizer())  # type: ignore[arg-type]
     expected = _transformers_logits(checkpoint, "cuda")
     logits = _megatron_logits(str(checkpoint), 1, 1, "cuda")
     diff = (logits[..., : expected.shape[-1]] - expected).abs().max().item()
@@ -268,3 +272,50 @@ def test_a_gpu_without_transformer_engine_gets_no_te_fusion(
     without_missing_kernels(on_cuda, cpu=False, te=False)
     on_cuda.finalize()
     assert not (on_cuda.apply_rope_fusion or on_cuda.moe_permute_fusion)
+
+
+@pytest.mark.skipif(
+    __import__("importlib").util.find_spec("scaled_masked_softmax_cuda") is not None,
+    reason="apex's fused masked softmax is installed here: the fusion is kept",
+)
+def test_a_gpu_without_apex_gets_no_fused_masked_softmax(tmp_path: Path) -> None:
+    """Bridge's Llama provider asks for the fused masked softmax; megatron-core's
+    FusedScaleMaskSoftmax then imports apex's compiled kernel for a bf16 input (raised
+    ModuleNotFoundError on an H200 without apex, SmolLM2 in bf16). The worker's build turns the
+    fusion off on a GPU without apex too; the same softmax module then runs in bf16."""
+    from mcore_grpo.worker.bridge_source import import_auto_bridge
+    from mcore_grpo.worker.model import without_missing_kernels
+    from megatron.core.fusions.fused_softmax import FusedScaleMaskSoftmax
+    from megatron.core.transformer.enums import AttnMaskType
+    from megatron.core.transformer.utils import attention_mask_func
+
+    checkpoint = write_tiny_checkpoint(tmp_path / "llama", "llama")
+
+    def provider() -> Any:
+        return (
+            import_auto_bridge()
+            .from_hf_pretrained(checkpoint)
+            .to_megatron_provider(load_weights=False)
+        )
+
+    def softmax(fusion: bool) -> torch.Tensor:
+        module = FusedScaleMaskSoftmax(
+            input_in_fp16=False,
+            input_in_bf16=True,
+            attn_mask_type=AttnMaskType.causal,
+            scaled_masked_softmax_fusion=fusion,
+            mask_func=attention_mask_func,
+            softmax_in_fp32=True,
+            scale=None,
+        )
+        scores = torch.randn(4, 4, 32, 32, dtype=torch.bfloat16)  # b, heads, sq, sk
+        return module(scores, torch.ones(4, 1, 32, 32, dtype=torch.bool).triu(1))
+
+    as_bridge_gives_it = provider()
+    assert as_bridge_gives_it.masked_softmax_fusion
+    with pytest.raises(ModuleNotFoundError, match="scaled_masked_softmax_cuda"):
+        softmax(as_bridge_gives_it.masked_softmax_fusion)
+    on_cuda = provider()
+    without_missing_kernels(on_cuda, cpu=False, te=False)
+    assert not on_cuda.masked_softmax_fusion
+    assert softmax(on_cuda.masked_softmax_fusion).shape == (4, 4, 32, 32)
