@@ -23,10 +23,12 @@ SAMPLES_FILE = "validation_samples.jsonl"
 def states_answer(text: str, answer: str) -> bool:
     """Whether `text` writes `answer` as a number of its own (not inside a longer one).
 
-    Why: NeMo-RL's hf_math_verify also evaluates plain expressions in a response, so a response
-    that merely restates an arithmetic question ("To find 31 + 21, we need") scores 1; GRPO
-    found that within 8 steps here (docs/real-model.md). `validation/answer_stated` is the
-    share of responses that do write the answer, beside the verifier's accuracy.
+    Why: at the pin, NeMo-RL's hf_math_verify evaluated plain expressions in a response, so a
+    response that merely restated an arithmetic question ("To find 31 + 21, we need") scored 1;
+    GRPO found that within 8 steps here (docs/real-model.md). The series' NeMo-RL patch
+    math-verify-graded-by-stated-answer fixes that verifier; `validation/answer_stated`, the
+    share of responses that do write the answer, stays beside the verifier's accuracy as the
+    independent check for any verifier.
     """
     return re.search(rf"(?<![\d.]){re.escape(answer)}(?![\d.])", text) is not None
 

@@ -269,8 +269,8 @@ class GRPOLoop:
         if stated is not None and result["validation/accuracy"] - stated > 0.2:
             log.warning(
                 "mcore-grpo: warning: the verifier scores %.3f correct, but only %.3f of the "
-                "responses write the answer: it accepts expressions equal to the answer (e.g. "
-                "the restated question); read validation_samples.jsonl (docs/real-model.md)",
+                "responses write the answer: it accepts responses that never write it; read "
+                "validation_samples.jsonl (docs/real-model.md)",
                 result["validation/accuracy"],
                 stated,
             )

@@ -8,7 +8,9 @@ math data processor renders and the verifier its math environment scores with.
 - `MathVerifier`: the class under NeMo-RL's Ray actor ``HFVerifyWorker``
   (nemo_rl/environments/math_environment.py), called in-process with its ``math_verify_impl``:
   ``hf_math_verify`` (its `MathEnvironment`'s default: the gold answer as ``\\boxed{...}``,
-  math-verify's LaTeX and expression extraction on the whole response) or
+  math-verify's LaTeX and expression extraction on the whole response; arithmetic left undone,
+  such as a restated question, is not graded when the ground truth is a number: the series'
+  patches/NeMo-RL/math-verify-graded-by-stated-answer.patch) or
   ``dapo_math_verify`` (the last ``Answer: X`` line of the response's last 300 characters,
   normalised, equal to the ground truth); 1.0 or 0.0.
 

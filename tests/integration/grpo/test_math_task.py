@@ -95,7 +95,8 @@ def test_the_reward_is_nemo_rls_verifier_on_the_decoded_response(boxed_task: Mat
 def test_dapo_math_verify_reads_only_the_last_answer_line(task: MathTask) -> None:
     """NeMo-RL's dapo_math_verify through the worker's reward call: the last ``Answer:`` line
     decides; a restated question, a bare expression or a boxed answer without that line
-    scores 0 (hf_math_verify scores the first two 1: the test below)."""
+    scores 0 (hf_math_verify scored the first two 1 at the pin; with the series'
+    math-verify-graded-by-stated-answer.patch it scores them 0 too: the test below)."""
     problem = task.sample_problems(1, seed=0, step=1)[0]
     expression = problem.question.removeprefix("What is ").rstrip("?")
     answer = int(problem.answer)
@@ -127,13 +128,14 @@ def test_training_never_draws_a_held_out_problem(task: MathTask) -> None:
 @pytest.mark.timeout(600)
 def test_answer_stated_tells_a_restated_question_from_an_answer(task: MathTask) -> None:
     """The exploit GRPO found in NeMo-RL's hf_math_verify at the pin (docs/real-model.md): a
-    response that only restates "31 + 21" scores 1 there (it evaluates the expression);
-    `states_answer` says it never writes 52. Fails here once upstream stops accepting it."""
+    response that only restates "31 + 21" scored 1 there (math-verify evaluates the
+    expression); the series' math-verify-graded-by-stated-answer.patch makes it 0, as
+    dapo_math_verify scores it. `states_answer` says independently that it never writes 52."""
     from mcore_grpo.grpo.evaluation import states_answer
     from mcore_grpo.grpo.nemo_rl_math import MathVerifier
 
     echo = "To find 31 + 21, we need to follow a specific procedure.\n\nTo find 31 + 21, we need"
-    assert MathVerifier("hf_math_verify").scores([echo], ["52"]) == [1.0]
+    assert MathVerifier("hf_math_verify").scores([echo], ["52"]) == [0.0]
     assert MathVerifier("dapo_math_verify").scores([echo], ["52"]) == [0.0]
     assert not states_answer(echo, "52")
     assert states_answer("31 + 21 = 52", "52") and states_answer("\\boxed{52}.", "52")
