@@ -9,7 +9,9 @@ Why: a layer that imports the one above it, or a module nobody can hold in their
 one concern ends up with two homes. The bar: modules <= 450 lines; functions in tools/patchtool
 <= 60 lines; in tools/patchtool imports point down the layer table below (in the domain layer
 only inside the same package); in integration the worker imports neither `grpo` nor the
-drivers. The check also fails when docs/layers.md is not what `--write-diagram` would write.
+drivers, and no modules import one another in a circle (every import counts, also one inside a
+function: a lazy import hides a cycle, it does not break it). The check also fails when
+docs/layers.md is not what `--write-diagram` would write.
 Standard library only (tools/ runs before any environment exists).
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import itertools
 import json
 import sys
 from collections import Counter
@@ -180,18 +183,80 @@ def check_patchtool(report: Report) -> None:
 
 
 def check_integration(report: Report) -> None:
-    for path in sorted(INTEGRATION.rglob("*.py")):
+    files = {module_name(p, INTEGRATION): p for p in sorted(INTEGRATION.rglob("*.py"))}
+    graph: dict[str, dict[str, int]] = {}
+    for name, path in files.items():
         rel = str(path.relative_to(ROOT))
         tree = sizes(path, rel, report, functions=False)
-        name = module_name(path, INTEGRATION)
+        targets = imported(tree, name, path.name == "__init__.py", "mcore_grpo")
+        graph[name] = {}
+        for target, line in targets:
+            dep = resolve(target, set(files))
+            if dep is not None and dep != name:
+                graph[name].setdefault(dep, line)
         if not name.startswith(WORKER + "."):
             continue
-        for target, line in imported(tree, name, path.name == "__init__.py", "mcore_grpo"):
+        for target, line in targets:
             if target.split(".")[0] in ABOVE_WORKER:
                 report.breaches.append(
                     f"{rel}:{line}: the worker imports mcore_grpo.{target}; pass it in as an "
                     "argument or move the contract below the worker"
                 )
+    for cycle in import_cycles(graph):
+        path = " -> ".join(f"{a}:{graph[a][b]}" for a, b in itertools.pairwise(cycle))
+        report.breaches.append(
+            f"{INTEGRATION.relative_to(ROOT)}: import cycle {path} -> {cycle[-1]} (module:line "
+            "of each import); move what both need to the module it belongs to"
+        )
+
+
+def import_cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """One cycle per strongly connected component of two or more modules of `graph` (module
+    -> imported modules): the shortest path from its first module back to it."""
+    found = []
+    for component in _components(graph):
+        start = min(component)
+        paths = {start: [start]}
+        queue = [start]
+        while queue:  # breadth first inside the component: the shortest way round
+            here = queue.pop(0)
+            for there in sorted(graph[here]):
+                if there == start:
+                    found.append([*paths[here], start])
+                    queue = []
+                    break
+                if there in component and there not in paths:
+                    paths[there] = [*paths[here], there]
+                    queue.append(there)
+    return sorted(found)
+
+
+def _components(graph: dict[str, dict[str, int]]) -> list[set[str]]:
+    """Tarjan's strongly connected components of two or more nodes."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for dep in graph[node]:
+            if dep not in index:
+                visit(dep)
+                low[node] = min(low[node], low[dep])
+            elif dep in stack:
+                low[node] = min(low[node], index[dep])
+        if low[node] == index[node]:
+            component = set(stack[stack.index(node) :])
+            del stack[stack.index(node) :]
+            if len(component) > 1:
+                out.append(component)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return out
 
 
 def _node(name: str) -> str:
@@ -209,6 +274,9 @@ def diagram(report: Report) -> str:
         "it is current (`.ci/run` step 4, pre-commit hook `layers`). Imports point down: commands",
         "-> domain -> source -> model -> git; in the domain layer only inside one package. An arrow",
         "is `importer --> imported`, labelled with the number of import statements.",
+        "",
+        "integration/mcore_grpo (not drawn): the worker imports neither `grpo` nor the drivers,",
+        "and no modules import one another in a circle, counting imports inside functions.",
         "",
         "| layer | modules |",
         "|---|---|",

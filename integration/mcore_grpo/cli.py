@@ -35,7 +35,13 @@ from mcore_grpo.grpo.placement import PlacementError
 from mcore_grpo.grpo.runner import WorkerFailed, make_runner
 from mcore_grpo.grpo.schema import ConfigError, RunConfig, unused_settings
 from mcore_grpo.grpo.worker_settings import sampling_params
-from mcore_grpo.run_output import HeldBack, closing_line, console_logging, hold_back_into
+from mcore_grpo.run_output import (
+    HeldBack,
+    closing_line,
+    console_logging,
+    hold_back_into,
+    upstream_output,
+)
 
 log = logging.getLogger("mcore_grpo")
 
@@ -318,7 +324,9 @@ def run_dry(args: argparse.Namespace, config: RunConfig) -> int:
     from mcore_grpo.worker.bridge_source import BridgeUnavailable
 
     try:
-        with contextlib.redirect_stdout(sys.stderr):  # upstream imports print to stdout
+        # Upstream imports print to stdout: held back (with --verbose, on stderr: never in
+        # --json's document).
+        with contextlib.redirect_stdout(sys.stderr), upstream_output():
             found = dry_run.dry_run(config, args.preset, args.workers)
     except BridgeUnavailable as err:
         raise ConfigError(str(err)) from err

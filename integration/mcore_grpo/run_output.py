@@ -12,7 +12,9 @@ The driver routes its records with `console_logging` (records are kept in memory
 has made its output directory, then written there); Ray workers run `setup_worker` first thing,
 through ``runtime_env.worker_process_setup_hook`` (`ray_runtime_env`), with the directory in
 `LOG_DIR_ENV`. A worker's plain prints go to its file too: a worker's failure reaches the
-driver as the exception Ray returns, never through its console.
+driver as the exception Ray returns, never through its console. Upstream code the driver runs
+itself (the ``--in-process`` worker, the export graded by `transformers`) runs inside
+`upstream_output`: its prints and progress bars go to the driver's file the same way.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import logging
 import os
 import re
 import sys
+import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,6 +70,11 @@ class HeldBack(logging.Handler):
         self.stream = path.open("a", encoding="utf-8", buffering=1)
         self.stream.writelines(line + "\n" for line in self.pending)
         self.pending = []
+
+    def hold_text(self, spool: TextIO) -> None:
+        """Plain output spooled while there was no file to write it to: held with the records."""
+        spool.seek(0)
+        self.pending.extend(spool.read().splitlines())
 
     def flush_pending(self) -> bool:
         """Write what is pending if the output directory exists; whether the file is open."""
@@ -206,6 +214,55 @@ def setup_worker() -> None:
     _route(console, held)
     assert held.stream is not None
     sys.stdout = sys.stderr = held.stream
+
+
+def _held_back() -> HeldBack | None:
+    """This process's `HeldBack` handler on the root logger, if a run holds records back."""
+    return next((h for h in logging.getLogger().handlers if isinstance(h, HeldBack)), None)
+
+
+@contextlib.contextmanager
+def upstream_output() -> Iterator[None]:
+    """Upstream code run in this process (the ``--in-process`` worker, `transformers` grading
+    the export) writes its plain output where a Ray worker's goes: while records are held back,
+    `sys.stdout` and `sys.stderr` are the held-back file. That takes its prints (megatron's
+    " > number of parameters ...", Bridge's "Success: All tensors ..."), progress bars
+    (Bridge's "Loading from ...", transformers' "Loading weights", "Writing model shards") and
+    the console handlers a module gives its logger at import (`_release_handlers_on`). Our
+    records still reach the console (its handler holds the console stream itself), and so do
+    errors: they are raised, and the CLI reports them. Before the run has made its output
+    directory (or in a run that makes none: --dry-run) the output is held in memory with the
+    records, so a run refused before it starts still leaves nothing behind. Nothing changes
+    with --verbose or outside a CLI run."""
+    held = _held_back()
+    if held is None:
+        yield
+        return
+    with contextlib.ExitStack() as stack:
+        stream = held.stream if held.flush_pending() else None
+        if stream is None:  # no output directory (yet): held with the records, in memory
+            stream = stack.enter_context(tempfile.TemporaryFile("w+", encoding="utf-8"))
+            stack.callback(held.hold_text, stream)
+        stack.callback(_release_handlers_on, stream)
+        stack.enter_context(contextlib.redirect_stdout(stream))
+        stack.enter_context(contextlib.redirect_stderr(stream))
+        yield
+
+
+def _release_handlers_on(stream: TextIO) -> None:
+    """Megatron-Bridge's `import_utils` gives its logger a `StreamHandler()` of its own at import
+    (on `sys.stderr`, which inside `upstream_output` is the held-back file), so an optional
+    import's failure, e.g. "Import of FP8GlobalStateManager ... failed with: Traceback ...",
+    prints once there and once through the root. Such handlers are removed once the block ends:
+    the logger's records take the root's route (held back; an error on the console), and none
+    is left writing to the file after it closes."""
+    for logger in list(logging.Logger.manager.loggerDict.values()):
+        if not isinstance(logger, logging.Logger):
+            continue  # a placeholder for a logger's children
+        for handler in list(logger.handlers):
+            if isinstance(handler, logging.StreamHandler) and handler.stream is stream:
+                logger.removeHandler(handler)
+                logger.propagate = True
 
 
 def held_back_count(output_dir: Path) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import logging
 import re
+import sys
 import warnings
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from mcore_grpo.run_output import (
     console_logging,
     hold_back_into,
     ray_runtime_env,
+    upstream_output,
 )
 
 from tests.support.cli_run import run_cli_status
@@ -23,6 +25,12 @@ from tests.support.cli_run import run_cli_status
 # What only upstream code says on a CPU run; none of it may reach the console by default.
 UPSTREAM_NOISE = re.compile(
     r"Traceback|Transformer Engine|TransformerEngine|[Aa]pex|Warning|INFO:|WARNING:|\(PolicyRank"
+    r"|number of parameters|Success: All tensors|Loading from|Loading weights|Writing model shards"
+)
+# Every line a successful run prints (--no-progress): the `mcore_grpo` loggers' own.
+OUR_LINE = re.compile(
+    r"(mcore-grpo: |mcore_grpo\.|generation backend: |step +\d+/\d+ \| |done in |metrics: "
+    r"|Hugging Face checkpoint: |held-out accuracy |resumed from step )"
 )
 
 
@@ -88,6 +96,81 @@ def test_a_successful_run_prints_only_its_own_lines(tmp_path: Path, preset: str)
     assert "driver.log" in files and any(name.startswith("worker-") for name in files)
     held = "".join(p.read_text() for p in (out / DIR_NAME).iterdir())
     assert "Transformer Engine" in held or "TransformerEngine" in held
+
+
+@pytest.mark.cpu_only(reason="runs a CPU preset")
+def test_a_successful_in_process_run_prints_only_its_own_lines(tmp_path: Path) -> None:
+    """Issue 46: with the worker in the driver (--in-process), cpu-hf-tiny printed Bridge's
+    "Import of FP8GlobalStateManager ... Traceback" (a logger with a console handler of its
+    own), megatron's " > number of parameters" and Bridge's "Success: All tensors ..." (plain
+    prints), Bridge's "Loading from ..." and transformers' "Writing model shards" (progress
+    bars), though the run succeeded. Each is in the held-back file instead, once."""
+    out = tmp_path / "run"
+    args = ["--preset", "cpu-hf-tiny", "--in-process", "--output-dir", str(out), "--no-progress"]
+    code, log = run_cli_status(tmp_path, *args, "grpo.max_num_steps=1", timeout=900)
+    assert code == 0, log[-6000:]
+    lines = [line for line in log.splitlines() if line.strip()]
+    assert [line for line in lines if not OUR_LINE.match(line)] == [], log[-6000:]
+    assert lines[-1].startswith("mcore-grpo: ran without ")
+    assert [p.name for p in (out / DIR_NAME).iterdir()] == ["driver.log"]
+    held = (out / DIR_NAME / "driver.log").read_text()
+    for upstream in (" > number of parameters", "Success: All tensors", "Writing model shards"):
+        assert upstream in held, upstream
+    fp8 = "Import of FP8GlobalStateManager from megatron.core.extensions.transformer_engine failed"
+    assert held.count(f"INFO megatron.bridge.utils.import_utils: {fp8}") == 1
+
+
+def test_upstream_output_holds_back_prints_and_console_handlers_not_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What `--in-process` runs in the driver: its prints and a console handler its import
+    adds (Bridge's `import_utils`) go to the held-back file; ours and errors do not."""
+    monkeypatch.delenv(LOG_DIR_ENV, raising=False)
+    console = io.StringIO()
+    upstream = logging.getLogger("megatron.bridge.test_import_utils")
+    monkeypatch.setattr(upstream, "handlers", [])
+    with console_logging(console, verbose=False) as held:
+        hold_back_into(held, tmp_path)
+        with pytest.raises(RuntimeError, match="a real failure"), upstream_output():
+            print(" > number of parameters on rank 0: 107072")
+            upstream.addHandler(logging.StreamHandler())  # at import, on sys.stderr
+            upstream.info("Import of FP8GlobalStateManager failed with: Traceback")
+            logging.getLogger("mcore_grpo.worker").info("mcore-grpo: ours")
+            raise RuntimeError("a real failure")
+        assert upstream.handlers == []  # its records take the root's route from now on
+        upstream.error("an upstream error")
+        line = closing_line(held)
+    assert console.getvalue().splitlines() == ["mcore-grpo: ours", "an upstream error"]
+    held_text = (tmp_path / DIR_NAME / "driver.log").read_text()
+    assert " > number of parameters on rank 0: 107072\n" in held_text
+    assert "INFO megatron.bridge.test_import_utils: Import of FP8" in held_text
+    assert line is not None and "1 upstream log records" in line
+
+
+def test_upstream_output_before_the_output_directory_is_held_in_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Upstream code may print before the run has made its output directory (the in-process
+    worker of cpu-tiny, importing NeMo-RL) or in a run that makes none (--dry-run): held with
+    the records, written once the directory exists, and no directory made for it."""
+    monkeypatch.delenv(LOG_DIR_ENV, raising=False)
+    out = tmp_path / "run"
+    console = io.StringIO()
+    with console_logging(console, verbose=False) as held:
+        hold_back_into(held, out)
+        with upstream_output():
+            print("Import of FP8GlobalStateManager failed with: Traceback", file=sys.stderr)
+        assert not out.exists()
+        out.mkdir()  # the run goes on and makes it
+        assert closing_line(held) is not None
+    assert console.getvalue() == ""
+    assert "FP8GlobalStateManager" in (out / DIR_NAME / "driver.log").read_text()
+
+
+def test_upstream_output_outside_a_run_changes_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    with upstream_output():
+        print("shown")
+    assert capsys.readouterr().out == "shown\n"
 
 
 def test_libraries_with_their_own_handler_are_held_back_too(

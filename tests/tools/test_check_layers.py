@@ -70,3 +70,26 @@ def test_a_module_without_a_layer_is_a_breach(
     assert breaches == [
         "tools/patchtool/newpkg/thing.py: no layer; add it to LAYERS in tools/check_layers.py"
     ]
+
+
+def test_an_import_cycle_in_integration_is_a_breach_also_through_a_lazy_import(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 46: grpo/deadline.py <-> grpo/schema.py and models/matrix.py <-> models/page.py,
+    each closed by an import inside a function."""
+    breaches = _fake(
+        tmp_path,
+        monkeypatch,
+        {
+            "integration/mcore_grpo/grpo/deadline.py": "from mcore_grpo.grpo.schema import E\n",
+            "integration/mcore_grpo/grpo/schema.py": (
+                "class E(Exception): ...\n\n\ndef validate() -> None:\n"
+                "    from mcore_grpo.grpo.deadline import parse\n"
+            ),
+            "integration/mcore_grpo/grpo/loop.py": "from mcore_grpo.grpo import deadline, schema\n",
+        },
+    )
+    assert breaches == [
+        "integration/mcore_grpo: import cycle grpo.deadline:1 -> grpo.schema:5 -> grpo.deadline "
+        "(module:line of each import); move what both need to the module it belongs to"
+    ]

@@ -1,21 +1,23 @@
 """``checkpointing.checkpoint_must_save_by``: NeMo-RL's time limit by which a run must have
-saved (a job's wall-clock limit), read as NeMo-RL reads it, and the check after each step."""
+saved (a job's wall-clock limit), read as NeMo-RL reads it, and the check after each step.
+
+A leaf: the config's schema (`mcore_grpo.grpo.schema`) reads the setting through
+`must_save_by_seconds`, whose `ValueError` it reports as a `ConfigError` naming the source.
+"""
 
 from __future__ import annotations
 
 import time
 
-from mcore_grpo.grpo.schema import ConfigError
-
 
 def must_save_by_seconds(text: str | None) -> int | None:
     """``checkpointing.checkpoint_must_save_by`` in seconds, as NeMo-RL's `convert_to_seconds`
-    reads it ("DD:HH:MM:SS"); None when unset."""
+    reads it ("DD:HH:MM:SS"); None when unset; `ValueError` naming the key and the format."""
     if text is None:
         return None
     parts = str(text).split(":")
     if len(parts) != 4 or not all(part.isdigit() for part in parts):
-        raise ConfigError(
+        raise ValueError(
             f"checkpointing.checkpoint_must_save_by={text!r}: use NeMo-RL's 'DD:HH:MM:SS', "
             "e.g. '00:03:45:00' for 3 h 45 min"
         )

@@ -14,6 +14,7 @@ from typing import Any
 
 from mcore_grpo.grpo.evaluation import Evaluator
 from mcore_grpo.grpo.train_batch import left_padded
+from mcore_grpo.run_output import upstream_output
 
 
 def greedy_responses(
@@ -29,8 +30,10 @@ def greedy_responses(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).to(device).eval()
-    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    with upstream_output():  # transformers' "Loading weights" bar: held back, as a worker's
+        model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    model = model.to(device).eval()
     if tokenizer is None:
         raise ValueError(f"{checkpoint}: no tokenizer saved beside the model")
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id

@@ -22,6 +22,7 @@ from typing import Any
 from mcore_grpo.grpo.pretrained import resolve_pretrained
 from mcore_grpo.grpo.schema import MATH_TASKS, ConfigError, RunConfig
 from mcore_grpo.grpo.task import BOS, EOS, PAD, SYMBOLS, build_tokenizer
+from mcore_grpo.run_output import upstream_output
 
 TINY_GPT = "tiny-gpt"
 TINY_HF_PREFIX = "tiny-hf-"
@@ -66,7 +67,8 @@ def _tiny_checkpoint(name: str, output_dir: Path, seed: int) -> Path:
         raise ConfigError(f"policy.model_name={name!r}: the tiny HF models are {known}")
     path = (output_dir / name).resolve()
     if not (path / "config.json").is_file():
-        write_tiny_checkpoint(path, arch, seed=seed, tokenizer=task_hf_tokenizer())  # type: ignore[arg-type]
+        with upstream_output():  # transformers' "Writing model shards" bar: held back
+            write_tiny_checkpoint(path, arch, seed=seed, tokenizer=task_hf_tokenizer())  # type: ignore[arg-type]
     return path
 
 

@@ -26,6 +26,7 @@ import tempfile
 from pathlib import Path
 
 from mcore_grpo.grpo.schema import ConfigError
+from mcore_grpo.run_output import upstream_output
 
 log = logging.getLogger("mcore_grpo")
 
@@ -106,7 +107,8 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
 def _converted(gguf: Path, name: str) -> Path:
     out = cache_root() / name
     if not (out / "config.json").is_file():
-        convert_gguf(gguf, out)
+        with upstream_output():  # transformers' de-quantising, loading and writing bars
+            convert_gguf(gguf, out)
     return out
 
 

@@ -27,6 +27,7 @@ from mcore_grpo.grpo.messages import TaskTokens
 from mcore_grpo.grpo.placement import NodeGroups, Placement, WorkerPlace, free_port
 from mcore_grpo.grpo.rank import PolicyRank
 from mcore_grpo.grpo.schema import RunConfig
+from mcore_grpo.run_output import upstream_output
 
 # Reserves a run's placement groups: (ray, world_size, num_nodes, gpu) -> Placement.
 PlacementFactory = Callable[[Any, int, int, bool], Placement]
@@ -52,29 +53,38 @@ class Runner(Protocol):
 
 
 class LocalRunner:
-    """One rank in this process (tests, debugging, ``--in-process``)."""
+    """One rank in this process (tests, debugging, ``--in-process``). Its upstream code prints
+    where a Ray actor's does (`upstream_output`: the held-back file of a CLI run), and a
+    failure, also while the rank is built, is a `WorkerFailed` as from an actor."""
 
     world_size = 1
 
     def __init__(
         self, config: RunConfig, tokens: TaskTokens, *, fail_at_step: int | None = None
     ) -> None:
-        self.rank = PolicyRank(
-            config, tokens, 0, 1, "127.0.0.1", free_port(), fail_at_step=fail_at_step
-        )
+        port = free_port()
+        try:
+            with upstream_output():
+                self.rank = PolicyRank(
+                    config, tokens, 0, 1, "127.0.0.1", port, fail_at_step=fail_at_step
+                )
+        except Exception as err:
+            raise WorkerFailed(f"worker rank 0 failed to start: {err!r}") from err
         self.places = [WorkerPlace(0, "local", "127.0.0.1", os.getpid())]
 
     def call(self, method: str, per_rank_args: Sequence[tuple[Any, ...]]) -> list[Any]:
         """Call the method directly; exceptions propagate as `WorkerFailed`."""
         (args,) = per_rank_args
         try:
-            return [getattr(self.rank, method)(*args)]
+            with upstream_output():
+                return [getattr(self.rank, method)(*args)]
         except Exception as err:
             raise WorkerFailed(f"worker rank 0 failed in {method}: {err!r}") from err
 
     def shutdown(self) -> None:
         """Destroy the process group so another runner can start in this process."""
-        self.rank.shutdown()
+        with upstream_output():
+            self.rank.shutdown()
 
 
 class RayRunner:

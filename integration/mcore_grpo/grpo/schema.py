@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from mcore_grpo.grpo.deadline import must_save_by_seconds
 from mcore_grpo.grpo.loss import ClippedPGLossConfig
 
 
@@ -243,8 +244,10 @@ class TaskSection:
     prompt_file: str | None = None
     system_prompt_file: str | None = None
     # NeMo-RL's key (env.math.math_verify_impl): hf_math_verify (its default: math-verify on
-    # the whole response, boxed or plain expressions) or dapo_math_verify (Minerva's last
-    # "Answer: X" line, compared after normalisation), see docs/real-model.md.
+    # the whole response, boxed or plain expressions; arithmetic left undone, e.g. a restated
+    # question, is not graded when the ground truth is a number: the series' NeMo-RL patch
+    # math-verify-graded-by-stated-answer) or dapo_math_verify (Minerva's last "Answer: X"
+    # line, compared after normalisation), see docs/real-model.md.
     math_verify_impl: str = "hf_math_verify"
     arithmetic: ArithmeticSection = field(default_factory=ArithmeticSection)
     dataset: DatasetSection = field(default_factory=DatasetSection)
@@ -289,6 +292,9 @@ class CheckpointingSection:
     # the step after which one more mean step would pass it ends the run as its last step
     # (evaluation, checkpoint, export; leave room for them); `--resume` goes on. None: no limit.
     checkpoint_must_save_by: str | None = None
+
+    def __post_init__(self) -> None:
+        must_save_by_seconds(self.checkpoint_must_save_by)  # ValueError: a bad value
 
 
 @dataclass
@@ -367,9 +373,6 @@ def validate(config: RunConfig) -> None:
             raise ConfigError(f"{key}={seconds}: must be a number of seconds > 0")
     if config.cluster.num_nodes < 1:
         raise ConfigError(f"cluster.num_nodes={config.cluster.num_nodes}: must be >= 1")
-    from mcore_grpo.grpo.deadline import must_save_by_seconds  # it raises this module's error
-
-    must_save_by_seconds(config.checkpointing.checkpoint_must_save_by)  # refuses a bad value
     if config.checkpointing.save_period < 0:
         raise ConfigError(
             f"checkpointing.save_period={config.checkpointing.save_period}: must be >= 0 "

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import os
 import sys
 import tempfile
@@ -27,10 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mcore_grpo.models.verdict import TOLERANCE, passes
+
 REPO_ROOT = Path(__file__).resolve().parents[3]
 JSON_PATH = REPO_ROOT / "docs" / "models.json"
 MARKDOWN_PATH = REPO_ROOT / "docs" / "models.md"
-TOLERANCE = 1e-4  # fp32, max abs difference of logits
 WORLD = 2
 # A rank whose check fails alone leaves the other in a collective until this ends it.
 COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=120)
@@ -189,17 +189,6 @@ def regressions(baseline: dict[str, Any], doc: dict[str, Any]) -> list[str]:
             ]
             lost.append(f"{arch}: {errors[0] if errors else 'a column over tolerance or missing'}")
     return lost
-
-
-def passes(row: dict[str, Any]) -> bool:
-    """Every column of an in-matrix row passed."""
-    if not row.get("in_matrix") or "export" not in row:
-        return False
-    values = [v.get("value") for v in row["layouts"].values()] + [row["export"].get("value")]
-    if any(v is None or not v <= TOLERANCE for v in values):
-        return False
-    step = row["grpo_step"].get("value")
-    return bool(step) and math.isfinite(step["loss"]) and step["max_weight_change"] > 0
 
 
 def _rank_main(rank: int, port: int, archs: list[str], out_path: str) -> None:

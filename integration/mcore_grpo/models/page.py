@@ -7,10 +7,10 @@ the matrix, and tell a Bridge whose list moved (a row added or gone) from the re
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from mcore_grpo.models.families import Row
+from mcore_grpo.models.verdict import passes, step_passes
 
 COLUMNS = ("TP=1", "TP=2", "EP=2")
 
@@ -25,15 +25,12 @@ def _cell(result: dict[str, Any] | None, reasons: list[str], tolerance: float) -
         return f"✗ [{reasons.index(result['error']) + 1}]"
     value = result["value"]
     if isinstance(value, dict):  # the GRPO step
-        ok = math.isfinite(value["loss"]) and value["max_weight_change"] > 0
-        return f"{'✓' if ok else '✗'} loss {value['loss']:.3f}"
+        return f"{'✓' if step_passes(value) else '✗'} loss {value['loss']:.3f}"
     return f"{'✓' if value <= tolerance else '✗'} {value:.1e}"
 
 
 def render(doc: dict[str, Any]) -> str:
     """The whole page of `doc` (deterministic: same JSON, same bytes)."""
-    from mcore_grpo.models.matrix import passes
-
     tolerance = doc["tolerance"]
     rows = [r for r in doc["rows"] if r["in_matrix"]]
     outside = [r for r in doc["rows"] if not r["in_matrix"]]

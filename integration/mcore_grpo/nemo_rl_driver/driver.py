@@ -16,6 +16,7 @@ from pathlib import Path
 from mcore_grpo.grpo import placement
 from mcore_grpo.grpo.schema import RunConfig
 from mcore_grpo.nemo_rl_driver import source
+from mcore_grpo.run_output import upstream_output
 
 log = logging.getLogger("mcore_grpo")
 
@@ -71,7 +72,8 @@ def run(
     `export_hf`: where the policy goes in Hugging Face format after training; `resume`: from
     the newest NeMo-RL checkpoint in `output_dir`."""
     start = time.perf_counter()
-    source.check_importable()
+    with upstream_output():  # importing NeMo-RL prints ("grouped_gemm is not available ...")
+        source.check_importable()
     log.info(
         "mcore-grpo: driver nemo-rl: nemo_rl.algorithms.grpo.grpo_train from %s",
         source_description(),
@@ -79,17 +81,22 @@ def run(
     from mcore_grpo.nemo_rl_driver.run_metrics import reward_curve
     from mcore_grpo.nemo_rl_driver.setup import setup_run
 
-    pieces = setup_run(config, workers, output_dir, resume=resume)
-    if resume:
-        log.info("resumed from step %d", pieces.save_state.current_step)
-    hf_path = None
-    try:
-        log.info("mcore-grpo: %s", placement.record(pieces.policy.runner.places, output_dir))
-        pieces.train()
-        if export_hf is not None:
-            hf_path = Path(pieces.policy.export_hf(str(export_hf.resolve())))
-            log.info("policy exported in Hugging Face format: %s", hf_path)
-    finally:
-        pieces.shutdown()
+    # NeMo-RL's prints (its step report, memory trackers, "Max number of steps has been
+    # reached ...") and Ray's forwarding of the actors' output: held back like the rest, in
+    # the output directory's file as they come.
+    output_dir.mkdir(parents=True, exist_ok=True)
+    with upstream_output():
+        pieces = setup_run(config, workers, output_dir, resume=resume)
+        if resume:
+            log.info("resumed from step %d", pieces.save_state.current_step)
+        hf_path = None
+        try:
+            log.info("mcore-grpo: %s", placement.record(pieces.policy.runner.places, output_dir))
+            pieces.train()
+            if export_hf is not None:
+                hf_path = Path(pieces.policy.export_hf(str(export_hf.resolve())))
+                log.info("policy exported in Hugging Face format: %s", hf_path)
+        finally:
+            pieces.shutdown()
     log_dir = Path(pieces.master_config.logger["log_dir"])
     return NemoRLResult(reward_curve(log_dir), log_dir, time.perf_counter() - start, hf_path)

@@ -82,6 +82,8 @@ def test_value_and_shape_errors() -> None:
         match=r"task.math_verify_impl='qwen'.*knows hf_math_verify and dapo_math_verify",
     ):
         load_config(overrides=["task.math_verify_impl=qwen"])
+    with pytest.raises(ConfigError, match=r"overrides: checkpointing.checkpoint_must_save_by='3h'"):
+        load_config(overrides=["checkpointing.checkpoint_must_save_by=3h"])
     with pytest.raises(ConfigError, match=r"unknown preset 'cpu-tiyn'.*did you mean 'cpu-tiny'"):
         load_config("cpu-tiyn")
     with pytest.raises(ConfigError, match=r"must split into data-parallel size 3"):

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 import pytest
-from mcore_grpo.models import matrix, page
+from mcore_grpo.models import matrix, page, verdict
 
 from tests.support.device import MULTI_RANK_CPU
 
@@ -31,10 +31,10 @@ def test_the_sample_rows_pass_every_column_measured_now() -> None:
     rows = matrix.measure(SAMPLE)
     for row in rows:
         print(json.dumps(row))
-        assert matrix.passes(row), f"{row['architecture']}: {json.dumps(row)}"
+        assert verdict.passes(row), f"{row['architecture']}: {json.dumps(row)}"
     recorded = {r["architecture"]: r for r in json.loads(matrix.JSON_PATH.read_text())["rows"]}
     for row in rows:  # the page says what a run measures now
-        assert matrix.passes(recorded[row["architecture"]]), row["architecture"]
+        assert verdict.passes(recorded[row["architecture"]]), row["architecture"]
 
 
 def test_the_committed_page_is_the_rendering_of_the_committed_measurement() -> None:
@@ -79,7 +79,7 @@ def test_regressions_name_rows_that_passed_and_no_longer_do() -> None:
     from mcore_grpo.models.matrix import regressions
 
     baseline = json.loads(matrix.JSON_PATH.read_text())
-    passing = [row for row in baseline["rows"] if matrix.passes(row)]
+    passing = [row for row in baseline["rows"] if verdict.passes(row)]
     assert passing, "the committed page has passing rows"
     assert regressions(baseline, baseline) == []
     broken = json.loads(matrix.JSON_PATH.read_text())

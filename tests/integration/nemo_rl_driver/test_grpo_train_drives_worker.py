@@ -39,7 +39,10 @@ def test_grpo_train_runs_30_steps_on_two_workers_and_the_reward_rises(tmp_path: 
         f"grpo.max_num_steps={STEPS}",
     )
     assert "driver nemo-rl: nemo_rl.algorithms.grpo.grpo_train from" in log
-    assert "Max number of steps has been reached" in log  # grpo_train's own last words
+    # grpo_train's own prints are held back with the upstream logs (issue 46), not printed.
+    assert "Max number of steps has been reached" not in log
+    held = (out / "upstream-logs" / "driver.log").read_text()
+    assert "Max number of steps has been reached" in held  # grpo_train's own last words
 
     scalars = read_scalars(out / "logs")
     rewards = [value for _, value in scalars["train/reward"]]
