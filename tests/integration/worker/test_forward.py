@@ -77,3 +77,16 @@ def test_logprobs_and_their_gradient_equal_log_softmax_then_gather(
     assert torch.autograd.gradcheck(
         lambda x: TargetLogprob.apply(x, ids, vocab, temperature), (logits,)
     )
+
+
+def test_chunked_logsumexp_equals_the_whole_batch_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The logprob forward's logsumexp, a slab of rows at a time (its temporary is one slab's,
+    not the batch's logits again), gives torch.logsumexp's values over the sliced real vocab."""
+    from mcore_grpo.worker import forward
+
+    monkeypatch.setattr(forward, "LSE_CHUNK_ELEMENTS", 3 * 5 * 7)  # 5 x 3 x 16: 2 rows a slab
+    logits = torch.randn(5, 3, 16, dtype=torch.float64)
+    real = logits[..., :13]  # padded vocab: a non-contiguous view, as in TargetLogprob
+    for scale in (1.0, 1 / 0.7):
+        expected = torch.logsumexp(real * scale, dim=-1)
+        assert torch.equal(forward.chunked_logsumexp(real, scale), expected)
