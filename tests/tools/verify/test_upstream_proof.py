@@ -216,3 +216,57 @@ def test_tripwire_left_out_state_keeps_upstream_tests_a_later_patch_extends(
         ("first.patch", "passed"),
         ("second.patch", "passed"),
     ]
+
+
+def test_a_patch_a_later_one_depends_on_is_proven_without_the_tail(sandbox: Sandbox) -> None:
+    """The second patch imports what the first adds (`Depends-On: Up/first.patch`) where the
+    package and the suite's conftest import it: leaving the first out alone makes a tree in
+    which no test collects. Its proof leaves out the source of both instead (the Gemma ->
+    EXAONE case in Megatron-Bridge's series)."""
+    first_test = "tests/unit/other/test_fix.py"
+    first = {
+        "pkg/other/thing.py": "X = 2\n\n\nclass Norm:\n    pass\n",
+        first_test: (
+            "from pkg.other.thing import X\nfrom pkg.sub.mod import VALUE  # noqa: F401\n\n\n"
+            "def test_x2():\n    assert X == 2\n"
+        ),
+    }
+    second_test = "tests/unit/sub/test_norm.py"
+    second = {
+        # The package imports the changed module, and the suite's conftest the package (as
+        # Bridge's models/__init__ and its conftest do): without Norm no test collects.
+        "pkg/__init__.py": "from pkg.sub import mod  # noqa: F401\n",
+        "tests/conftest.py": "import pkg  # noqa: F401\n",
+        "pkg/sub/mod.py": "from pkg.other.thing import Norm\n\nVALUE = 1\nNORM = Norm\n",
+        second_test: "import pkg.sub.mod as m\n\n\ndef test_norm():\n    assert hasattr(m, 'NORM')\n",
+    }
+    repo, pin = sandbox.upstream("Up", UPSTREAM)
+    base, series = pin, {}
+    for name, files, trailers in [
+        ("first.patch", first, _trailers(f"{first_test}::test_x2")),
+        (
+            "second.patch",
+            second,
+            _trailers(f"{second_test}::test_norm") + "Depends-On: Up/first.patch\n",
+        ),
+    ]:
+        series[name] = sandbox.make_patch(repo, base, files, f"Fix {name}", trailers)
+        base = run(sandbox.tmp / "dev" / repo.name, "rev-parse", "HEAD")
+    sandbox.add("Up", str(repo), pin)
+    write(sandbox.root, {"patches/upstream-tests.toml": SUITES})
+    sandbox.set_series("Up", series)
+    sandbox.commit()
+    up = load_manifest(sandbox.root).upstreams["Up"]
+    assert apply_upstream(sandbox.root, up).state == "applied"
+    result = verify_stack(
+        sandbox.root, [up], Path(sys.executable), False, Options(jobs=2, tripwires=False)
+    )
+    verdicts = {p.patch: (p.with_fix, p.without_fix, p.verdict) for p in result.upstream}
+    assert verdicts == {
+        "first.patch": ("passed", "failed", "proven"),
+        "second.patch": ("passed", "failed", "proven"),
+    }
+    # Failed for the fix's absence, not because nothing imports (an empty proof).
+    first_proof = next(p for p in result.upstream if p.patch == "first.patch")
+    assert "Norm" not in first_proof.without_detail
+    assert "assert" in first_proof.without_detail

@@ -4,7 +4,10 @@ A patch's `Upstream-Test:` nodes are the test it carries into the upstream's own
 its PR will show. They are proven like our tripwires, but the upstream's way: run from the
 upstream tree under its own pytest configuration (plus the CPU compatibility plugin), passing
 on the series tree and failing on the series tree with the patch's *source* change left out
-(its test files stay, so the test itself is what runs).
+(its test files stay, so the test itself is what runs). When a later patch of the same upstream
+`Depends-On` the patch, that later patch cannot stand without it (it imports what the patch
+adds), so the source of the whole tail from the patch on is left out instead: the tree is the
+series up to the patch, less its source, plus the tail's test files.
 
 The same run on the series tree also runs every upstream test file in the directories that
 mirror the source files the series changes; a second run does so on the "before" tree (the pin,
@@ -17,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..core.pr_template import parse_depends
 from ..core.series import Patch, SeriesEntry
 from ..core.test_suites import UpstreamSuite, upstream_tests
 from ..errors import PatchToolError
@@ -37,6 +41,7 @@ class UpstreamProof:
     without_fix: str = NONE
     verdict: str = NONE
     detail: str = ""
+    without_detail: str = ""  # how the test failed without the source (what it proves)
     gate_dirs: list[str] = field(default_factory=list)
     pending: str = ""  # why the patch has no upstream test yet (patches/upstream-tests.toml)
 
@@ -111,23 +116,37 @@ def plan_suite(
             role="own tests before the series",
             **common,
         )
-    for proof, patch in zip(proofs, patches, strict=True):
+    for index, (proof, patch) in enumerate(zip(proofs, patches, strict=True)):
         if not proof.tests:
             proof.pending = suite.pending.get(proof.patch, "")
             proof.detail = "the patch has no Upstream-Test: trailer" + (
                 f" (pending: {proof.pending})" if proof.pending else ""
             )
             continue
+        dependents = dependents_of(patch, patches[index + 1 :], suite.upstream)
+        role = f"own test without the source of {patch.path.name}"
+        if dependents:
+            role += f" and of the patches after it ({', '.join(dependents)} Depends-On it)"
         state = VerifyState(
             nodes=proof.tests,
-            reverse=[patch],
+            reverse=patches[index:] if dependents else [patch],
             exclude=(f"{suite.test_top}/*",),
-            role=f"own test without the source of {patch.path.name}",
+            role=role,
             name=patch.path.name,
             **common,
         )
         plan.without.append((proof, state))
     return plan
+
+
+def dependents_of(patch: Patch, later: list[Patch], upstream: str) -> list[str]:
+    """The later patches of `upstream`'s series that name `patch` in `Depends-On:`."""
+    wanted = (upstream, patch.path.name)
+    return [
+        other.path.name
+        for other in later
+        if any(parse_depends(value) == wanted for value in other.trailer_values("Depends-On"))
+    ]
 
 
 def fold_suite(plan: SuitePlan) -> None:
@@ -136,6 +155,7 @@ def fold_suite(plan: SuitePlan) -> None:
     for proof, state in plan.without:
         proof.with_fix, why_with = _fold(after, proof.tests, PASSED)
         proof.without_fix, why_without = _fold(state.outcomes, proof.tests, FAILED)
+        proof.without_detail = why_without
         proof.verdict, proof.detail = _verdict(proof, why_with, why_without)
 
 
