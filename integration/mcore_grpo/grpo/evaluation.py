@@ -30,7 +30,8 @@ def states_answer(text: str, answer: str) -> bool:
     share of responses that do write the answer, stays beside the verifier's accuracy as the
     independent check for any verifier.
     """
-    return re.search(rf"(?<![\d.]){re.escape(answer)}(?![\d.])", text) is not None
+    # Not inside a longer number ("152", "5.2"); a sentence's closing period may follow.
+    return re.search(rf"(?<![\d.]){re.escape(answer)}(?!\d|\.\d)", text) is not None
 
 
 class Evaluator:
