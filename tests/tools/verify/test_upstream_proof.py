@@ -46,14 +46,18 @@ def _trailers(upstream_test: str) -> str:
 
 
 def _stack(
-    sandbox: Sandbox, patches: list[tuple[str, dict[str, str], str]], suites: str = SUITES
+    sandbox: Sandbox,
+    patches: list[tuple[str, dict[str, str], str]],
+    suites: str = SUITES,
+    extra_trailers: dict[str, str] | None = None,
 ) -> StackResult:
-    """An upstream with `patches` (name, files, Upstream-Test) applied in order; verify's
-    upstream half run on it."""
+    """An upstream with `patches` (name, files, Upstream-Test) applied in order, a patch's
+    `extra_trailers` (e.g. Depends-On) added to its own; verify's upstream half run on it."""
     repo, pin = sandbox.upstream("Up", UPSTREAM)
     base, series = pin, {}
     for name, files, node in patches:
-        series[name] = sandbox.make_patch(repo, base, files, f"Fix {name}", _trailers(node))
+        trailers = _trailers(node) + (extra_trailers or {}).get(name, "")
+        series[name] = sandbox.make_patch(repo, base, files, f"Fix {name}", trailers)
         base = run(sandbox.tmp / "dev" / repo.name, "rev-parse", "HEAD")
     sandbox.add("Up", str(repo), pin)
     write(sandbox.root, {"patches/upstream-tests.toml": suites})
@@ -240,26 +244,13 @@ def test_a_patch_a_later_one_depends_on_is_proven_without_the_tail(sandbox: Sand
         "pkg/sub/mod.py": "from pkg.other.thing import Norm\n\nVALUE = 1\nNORM = Norm\n",
         second_test: "import pkg.sub.mod as m\n\n\ndef test_norm():\n    assert hasattr(m, 'NORM')\n",
     }
-    repo, pin = sandbox.upstream("Up", UPSTREAM)
-    base, series = pin, {}
-    for name, files, trailers in [
-        ("first.patch", first, _trailers(f"{first_test}::test_x2")),
-        (
-            "second.patch",
-            second,
-            _trailers(f"{second_test}::test_norm") + "Depends-On: Up/first.patch\n",
-        ),
-    ]:
-        series[name] = sandbox.make_patch(repo, base, files, f"Fix {name}", trailers)
-        base = run(sandbox.tmp / "dev" / repo.name, "rev-parse", "HEAD")
-    sandbox.add("Up", str(repo), pin)
-    write(sandbox.root, {"patches/upstream-tests.toml": SUITES})
-    sandbox.set_series("Up", series)
-    sandbox.commit()
-    up = load_manifest(sandbox.root).upstreams["Up"]
-    assert apply_upstream(sandbox.root, up).state == "applied"
-    result = verify_stack(
-        sandbox.root, [up], Path(sys.executable), False, Options(jobs=2, tripwires=False)
+    result = _stack(
+        sandbox,
+        [
+            ("first.patch", first, f"{first_test}::test_x2"),
+            ("second.patch", second, f"{second_test}::test_norm"),
+        ],
+        extra_trailers={"second.patch": "Depends-On: Up/first.patch\n"},
     )
     verdicts = {p.patch: (p.with_fix, p.without_fix, p.verdict) for p in result.upstream}
     assert verdicts == {
