@@ -433,7 +433,7 @@ def trl_side(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """TRL's GRPOTrainer on the same model, prompts (same order), verifier and settings."""
     config, task = _setup(args, work)
     try:
-        from trl import GRPOConfig, GRPOTrainer
+        from trl import GRPOConfig, GRPOTrainer  # pyrefly: ignore[missing-import]  # optional group
     except ImportError as err:
         raise SystemExit(
             f"bench_trl: TRL is not installed ({err}); run `uv pip install --no-deps "

@@ -61,7 +61,7 @@ def test_shape_trl_cannot_express_is_refused() -> None:
     reason="trl is not installed (dependency group trl: uv pip install --no-deps trl==1.16.0)",
 )
 def test_trl_accepts_the_settings(tmp_path: object) -> None:
-    from trl import GRPOConfig
+    from trl import GRPOConfig  # pyrefly: ignore[missing-import]  # optional group
 
     cfg = GRPOConfig(output_dir=str(tmp_path), **bench_trl.trl_settings(_config(), 2))
     assert cfg.generation_batch_size == 64

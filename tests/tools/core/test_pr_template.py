@@ -12,12 +12,12 @@ from tools.patchtool.core.pr_template import (
     dependency_line,
     drop_carry_notes,
     fill_template,
-    parse_depends,
     pick_template,
     split_trailers,
     strip_comments,
     upstream_message,
 )
+from tools.patchtool.core.series import parse_depends
 
 ADA = Identity("Ada Lovelace", "ada@example.org")
 BOT = "mcore-rl-stack@users.noreply.github.com"

@@ -20,11 +20,10 @@ from .pr_template import (
     TEMPLATE_DIRS,
     Dependency,
     Identity,
-    parse_depends,
     pick_template,
 )
 from .pr_title import CONVENTION_DOCS, TitleConvention, title_convention
-from .series import Patch, parse_patch, read_series
+from .series import Patch, parse_depends, parse_patch, read_series
 
 BRANCH_PREFIX = "mcore-rl-stack/"
 _GITHUB_RE = re.compile(r"github\.com[:/]([^/]+)/([^/]+?)(?:\.git)?/?$")

@@ -33,7 +33,6 @@ _TRAILER_RE = re.compile(r"^([A-Za-z][A-Za-z0-9-]*):[ \t]*(.*)$")
 # A patch message ends its prose with when this repository can drop the patch ("Can be dropped
 # when upstream ..."): true of our carry, meaningless in the upstream's own history.
 _CARRY_NOTE_RE = re.compile(r"^(can be dropped|drop)( it| this( patch)?)? (when|once)\b", re.I)
-_DEPENDS_RE = re.compile(r"^(?P<upstream>[A-Za-z0-9._-]+)/(?P<patch>[^/\s]+\.patch)$")
 _TEMPLATE_RE = re.compile(r"^pull_request_template(\.md|\.txt)?$", re.I)
 _COMMENT_RE = re.compile(r"<!--.*?-->", re.S)
 _BOX_RE = re.compile(r"^(\s*[-*+]\s+)\[ \](\s.*)$")
@@ -99,12 +98,6 @@ class PrFacts:
 
 def is_test_path(path: str) -> bool:
     return PurePosixPath(path).parts[:1] == (TESTS_DIR,)
-
-
-def parse_depends(value: str) -> tuple[str, str] | None:
-    """`Megatron-LM/x.patch` -> ("Megatron-LM", "x.patch"); None when malformed."""
-    match = _DEPENDS_RE.match(value.strip())
-    return (match.group("upstream"), match.group("patch")) if match else None
 
 
 # --- the commit message -------------------------------------------------------------------

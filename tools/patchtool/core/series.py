@@ -400,3 +400,13 @@ def load_series(series_dir: Path) -> list[tuple[SeriesEntry, Patch]]:
 
 # A loaded series: each `series` line with its parsed patch, in order.
 Series = list[tuple[SeriesEntry, Patch]]
+
+
+_DEPENDS_RE = re.compile(r"^(?P<upstream>[A-Za-z0-9._-]+)/(?P<patch>[^/\s]+\.patch)$")
+
+
+def parse_depends(value: str) -> tuple[str, str] | None:
+    """A `Depends-On:` value, `Megatron-LM/x.patch` -> ("Megatron-LM", "x.patch"); None when
+    malformed. Here, beside the patch model, because verify and the PR tools both read it."""
+    match = _DEPENDS_RE.match(value.strip())
+    return (match.group("upstream"), match.group("patch")) if match else None

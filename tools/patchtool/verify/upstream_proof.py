@@ -20,8 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.pr_template import parse_depends
-from ..core.series import Patch, SeriesEntry
+from ..core.series import Patch, SeriesEntry, parse_depends
 from ..core.test_suites import UpstreamSuite, upstream_tests
 from ..errors import PatchToolError
 from .pytest_run import FAILED, INVALID, PASSED, SKIPPED, Outcomes
