@@ -33,8 +33,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "integration"))
+sys.path.insert(0, str(ROOT))
 
-DTYPES = {"float32": "float32", "bfloat16": "bfloat16"}
+from benchmarks.bench_vs_transformers import hf_sample  # noqa: E402
 
 
 def model_dir(name: str | None) -> str:
@@ -126,22 +127,7 @@ def one_precision(args: argparse.Namespace) -> dict[str, Any]:
     worker_s = _timed(lambda: worker.generate(prompt, torch.ones_like(prompt), params, gen), device)
     worker.finish_generation()
 
-    def hf_generate() -> None:
-        with torch.no_grad():
-            out = hf.generate(
-                prompt,
-                attention_mask=torch.ones_like(prompt),
-                max_new_tokens=args.new,
-                min_new_tokens=args.new,
-                do_sample=True,
-                temperature=1.0,
-                top_p=1.0,
-                top_k=0,
-                pad_token_id=0,
-            )
-        assert out.shape[1] == args.prompt + args.new, out.shape
-
-    hf_s = _timed(hf_generate, device)
+    hf_s = _timed(lambda: hf_sample(hf, prompt, args.new), device)
     new_tokens = args.gen_batch * args.new
     return {
         "precision": args.precision,
@@ -164,7 +150,9 @@ def main() -> int:
     parser.add_argument("--gen-batch", type=int, default=64)
     parser.add_argument("--prompt", type=int, default=32)
     parser.add_argument("--new", type=int, default=128)
-    parser.add_argument("--precisions", nargs="+", default=["float32", "bfloat16"])
+    parser.add_argument(
+        "--precisions", nargs="+", default=["float32", "bfloat16"], choices=("float32", "bfloat16")
+    )
     parser.add_argument("--precision", help=argparse.SUPPRESS)
     parser.add_argument("--checkpoint", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -191,7 +179,7 @@ def main() -> int:
     failed = 0
     for precision in args.precisions:
         proc = subprocess.run(
-            [sys.executable, __file__, *shared, "--precision", DTYPES[precision]],
+            [sys.executable, __file__, *shared, "--precision", precision],
             capture_output=True,
             text=True,
             check=False,

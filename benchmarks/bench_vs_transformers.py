@@ -79,21 +79,30 @@ def hf_side(args: argparse.Namespace) -> dict[str, float]:
     gen = []
     for _ in range(2):
         start = time.perf_counter()
-        with torch.no_grad():
-            out = model.generate(
-                prompt,
-                attention_mask=torch.ones_like(prompt),
-                max_new_tokens=args.new,
-                min_new_tokens=args.new,
-                do_sample=True,
-                temperature=1.0,
-                top_p=1.0,
-                top_k=0,
-                pad_token_id=0,
-            )
+        hf_sample(model, prompt, args.new)
         gen.append(time.perf_counter() - start)
-        assert out.shape[1] == args.prompt + args.new
     return _figures(args, times, gen)
+
+
+def hf_sample(model: Any, prompt: Any, new: int) -> Any:
+    """`transformers.generate` as the worker samples: temperature 1, top-p 1, no top-k, no stop
+    token (every row gets exactly `new` tokens, checked)."""
+    import torch
+
+    with torch.no_grad():
+        out = model.generate(
+            prompt,
+            attention_mask=torch.ones_like(prompt),
+            max_new_tokens=new,
+            min_new_tokens=new,
+            do_sample=True,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=0,
+            pad_token_id=0,
+        )
+    assert out.shape[1] == prompt.shape[1] + new, out.shape
+    return out
 
 
 def worker_side(args: argparse.Namespace) -> dict[str, float]:

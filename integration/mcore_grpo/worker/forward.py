@@ -109,15 +109,14 @@ def chunked_logsumexp(real: torch.Tensor, scale: float) -> torch.Tensor:
     peaked at 44.7 GiB against megatron-core's bare forward's 40.1). Slabs of dim 0 are views,
     each row's sum is its own, so the values are the same; the temporary is one slab's.
     """
+
+    def lse(part: torch.Tensor) -> torch.Tensor:
+        return torch.logsumexp(part * scale if scale != 1.0 else part, dim=-1)
+
     if real.dim() < 2 or real.numel() <= LSE_CHUNK_ELEMENTS:
-        return torch.logsumexp(real * scale if scale != 1.0 else real, dim=-1)
-    per_row = real[0].numel()
-    rows = max(1, LSE_CHUNK_ELEMENTS // per_row)
-    parts = [
-        torch.logsumexp(part * scale if scale != 1.0 else part, dim=-1)
-        for part in real.split(rows, dim=0)
-    ]
-    return torch.cat(parts, dim=0)
+        return lse(real)
+    rows = max(1, LSE_CHUNK_ELEMENTS // real[0].numel())
+    return torch.cat([lse(part) for part in real.split(rows, dim=0)], dim=0)
 
 
 class TargetLogprob(torch.autograd.Function):

@@ -22,6 +22,7 @@ from typing import Any, Literal
 import pytest
 import torch
 from mcore_grpo.worker.config import ModelConfig, ParallelConfig, WorkerConfig
+from mcore_grpo.worker.model import has_masked_softmax_kernel
 from mcore_grpo.worker.tiny_hf_checkpoint import ARCHS, write_tiny_checkpoint
 
 from tests.integration.worker.harness import spawn_ranks
@@ -240,6 +241,15 @@ def test_on_cuda_logits_equal_transformers_and_the_changed_model_exports(
     assert diff <= TOLERANCE, f"export {arch} on cuda: {diff:.2e}"
 
 
+def _provider(checkpoint: Path) -> Any:
+    """The model provider Bridge gives for `checkpoint`, before the worker adjusts it."""
+    from mcore_grpo.worker.bridge_source import import_auto_bridge
+
+    return (
+        import_auto_bridge().from_hf_pretrained(checkpoint).to_megatron_provider(load_weights=False)
+    )
+
+
 @pytest.mark.parametrize(
     ("arch", "refusal"),
     [
@@ -253,29 +263,20 @@ def test_a_gpu_without_transformer_engine_gets_no_te_fusion(
     """Bridge's Llama and Qwen3-MoE providers ask for TE's fused rope / MoE permutation, which
     megatron-core refuses at config time without TE, whatever the device (seen on an H200
     without TE); the worker's build turns them off for a CUDA device too, not only the CPU."""
-    from mcore_grpo.worker.bridge_source import import_auto_bridge
     from mcore_grpo.worker.model import without_missing_kernels
 
     checkpoint = write_tiny_checkpoint(tmp_path / arch, arch)  # type: ignore[arg-type]
-
-    def provider() -> Any:
-        return (
-            import_auto_bridge()
-            .from_hf_pretrained(checkpoint)
-            .to_megatron_provider(load_weights=False)
-        )
-
-    as_bridge_gives_it = provider()
+    as_bridge_gives_it = _provider(checkpoint)
     with pytest.raises(ValueError, match=refusal):
         as_bridge_gives_it.finalize()
-    on_cuda = provider()
+    on_cuda = _provider(checkpoint)
     without_missing_kernels(on_cuda, cpu=False, te=False)
     on_cuda.finalize()
     assert not (on_cuda.apply_rope_fusion or on_cuda.moe_permute_fusion)
 
 
 @pytest.mark.skipif(
-    __import__("importlib").util.find_spec("scaled_masked_softmax_cuda") is not None,
+    has_masked_softmax_kernel(),
     reason="apex's fused masked softmax is installed here: the fusion is kept",
 )
 def test_a_gpu_without_apex_gets_no_fused_masked_softmax(tmp_path: Path) -> None:
@@ -283,20 +284,12 @@ def test_a_gpu_without_apex_gets_no_fused_masked_softmax(tmp_path: Path) -> None
     FusedScaleMaskSoftmax then imports apex's compiled kernel for a bf16 input (raised
     ModuleNotFoundError on an H200 without apex, SmolLM2 in bf16). The worker's build turns the
     fusion off on a GPU without apex too; the same softmax module then runs in bf16."""
-    from mcore_grpo.worker.bridge_source import import_auto_bridge
     from mcore_grpo.worker.model import without_missing_kernels
     from megatron.core.fusions.fused_softmax import FusedScaleMaskSoftmax
     from megatron.core.transformer.enums import AttnMaskType
     from megatron.core.transformer.utils import attention_mask_func
 
     checkpoint = write_tiny_checkpoint(tmp_path / "llama", "llama")
-
-    def provider() -> Any:
-        return (
-            import_auto_bridge()
-            .from_hf_pretrained(checkpoint)
-            .to_megatron_provider(load_weights=False)
-        )
 
     def softmax(fusion: bool) -> torch.Tensor:
         module = FusedScaleMaskSoftmax(
@@ -311,11 +304,11 @@ def test_a_gpu_without_apex_gets_no_fused_masked_softmax(tmp_path: Path) -> None
         scores = torch.randn(4, 4, 32, 32, dtype=torch.bfloat16)  # b, heads, sq, sk
         return module(scores, torch.ones(4, 1, 32, 32, dtype=torch.bool).triu(1))
 
-    as_bridge_gives_it = provider()
+    as_bridge_gives_it = _provider(checkpoint)
     assert as_bridge_gives_it.masked_softmax_fusion
     with pytest.raises(ModuleNotFoundError, match="scaled_masked_softmax_cuda"):
         softmax(as_bridge_gives_it.masked_softmax_fusion)
-    on_cuda = provider()
+    on_cuda = _provider(checkpoint)
     without_missing_kernels(on_cuda, cpu=False, te=False)
     assert not on_cuda.masked_softmax_fusion
     assert softmax(on_cuda.masked_softmax_fusion).shape == (4, 4, 32, 32)
