@@ -138,8 +138,9 @@ def tiny_config(arch: str) -> Any:
         sizes["num_key_value_heads"] = sizes["num_attention_heads"]
     for key in ("layer_types", "mlp_layer_types"):  # attention and MLP (dense / MoE) kinds
         kinds = defaults.get(key)
-        if kinds:  # keep one layer of each kind the family interleaves
-            sizes[key] = [kinds[0], kinds[-1]]
+        if kinds:  # the first two kinds the family interleaves (Gemma 3: 5 sliding, then full)
+            distinct = list(dict.fromkeys(kinds))
+            sizes[key] = [distinct[0], distinct[1] if len(distinct) > 1 else kinds[-1]]
     sizes.update(OVERRIDES.get(arch, {}))
     return config_class(architectures=[arch], **sizes)
 
