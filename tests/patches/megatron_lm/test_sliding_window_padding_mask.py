@@ -1,0 +1,60 @@
+"""Tripwire for patches/Megatron-LM/sliding-window-keeps-padding-mask.patch.
+
+Without Transformer Engine megatron-core's attention softmax (`FusedScaleMaskSoftmax.
+forward_torch_softmax`) builds the sliding-window mask and *replaces* the mask it was given with
+it. The worker passes causal + key-padding masks for left-padded rows (prompts in a batch), so in
+every sliding-window layer (Gemma 2/3, EXAONE 4, ...) a padded row attended its padding tokens:
+its logits differed from the same row without padding. With the patch the given mask still
+applies inside the window. Checked through the worker's forward on the model matrix's tiny
+Gemma 3 (window 8, one sliding and one full layer): the row left-padded by two tokens must give
+the unpadded row's logits.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.ports import free_port
+
+SCRIPT = """
+import os, sys
+from pathlib import Path
+import torch, torch.distributed as dist
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
+dist.init_process_group("gloo", rank=0, world_size=1)
+from mcore_grpo.models import checks, families
+from mcore_grpo.worker.forward import policy_logits
+vocab = families.TINY_SIZES["vocab_size"]
+ids = checks.tokens(vocab)[:1]
+padded = torch.cat([torch.zeros(1, 2, dtype=ids.dtype), ids], dim=1)
+valid = torch.ones_like(padded, dtype=torch.bool)
+valid[:, :2] = False
+with checks.imported_model(Path(sys.argv[2]), 1, 1, vocab) as (_, gpt):
+    plain = policy_logits(gpt, ids, torch.ones_like(ids, dtype=torch.bool))
+    left = policy_logits(gpt, padded, valid)[:, 2:]
+print("DIFF", float((plain - left).abs().max()))
+"""
+
+
+@pytest.mark.timeout(600)
+def test_left_padded_row_matches_the_unpadded_row_in_a_sliding_window_model(
+    tmp_path: Path,
+) -> None:
+    from mcore_grpo.models import families
+
+    checkpoint = tmp_path / "gemma3"
+    families.write_checkpoint(checkpoint, "Gemma3ForCausalLM")
+    assert families.tiny_config("Gemma3ForCausalLM").sliding_window == 8  # < 12 + 2 tokens
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(free_port()), str(checkpoint)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    diff = float(proc.stdout.split("DIFF")[-1])
+    assert diff <= 1e-4, f"max |padded - unpadded| logits on the real tokens = {diff}"
