@@ -7,12 +7,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.tools.sandbox import Sandbox, run, write
 from tools.patchtool.commands.verify import render_gate, render_upstream
 from tools.patchtool.core.apply import apply_upstream
 from tools.patchtool.core.manifest import load_manifest
 from tools.patchtool.core.series import parse_patch
 from tools.patchtool.core.test_suites import load_suites
+from tools.patchtool.errors import PatchToolError
 from tools.patchtool.verify.regression import cause
 from tools.patchtool.verify.session import Options, StackResult, verify_stack
 
@@ -50,6 +53,7 @@ def _stack(
     patches: list[tuple[str, dict[str, str], str]],
     suites: str = SUITES,
     extra_trailers: dict[str, str] | None = None,
+    opts: Options | None = None,
 ) -> StackResult:
     """An upstream with `patches` (name, files, Upstream-Test) applied in order, a patch's
     `extra_trailers` (e.g. Depends-On) added to its own; verify's upstream half run on it."""
@@ -65,7 +69,7 @@ def _stack(
     sandbox.commit()
     up = load_manifest(sandbox.root).upstreams["Up"]
     assert apply_upstream(sandbox.root, up).state == "applied"
-    opts = Options(jobs=2, tripwires=False)
+    opts = opts or Options(jobs=2, tripwires=False)
     return verify_stack(sandbox.root, [up], Path(sys.executable), False, opts)
 
 
@@ -184,6 +188,82 @@ def test_a_listed_known_broken_test_is_reported_and_does_not_fail_the_gate(
     text = render_gate(gate)
     assert "known broken (patches/upstream-tests.toml)" in text
     assert "remove from known_broken" in text
+
+
+# VALUE changes and test_mod.py::test_is_one (expects 1) is not updated: the gate's catch.
+BREAKS_IS_ONE = {"pkg/sub/mod.py": "VALUE = 2\n", "tests/unit/sub/test_fix.py": NEW_TEST}
+FIX_NODE = "tests/unit/sub/test_fix.py::test_two"
+
+
+def test_a_deferred_directory_is_reported_not_gated_and_full_gate_runs_it(
+    sandbox: Sandbox,
+) -> None:
+    """`[Up.deferred]`: the directory is left out of the gate and named with why; the patch's
+    own upstream test there is still proven; `--full-gate` gates it (and finds the break)."""
+    deferred = '[Up.deferred]\n"tests/unit/sub" = "20 minutes per tree"\n'
+    result = _stack(sandbox, [("fix.patch", BREAKS_IS_ONE, FIX_NODE)], SUITES + deferred)
+    (proof,) = result.upstream
+    assert proof.verdict == "proven"
+    assert (proof.gate_dirs, proof.deferred_dirs) == ([], ["tests/unit/sub"])
+    assert result.gates == []  # nothing left to gate: no before/after run at all
+    up = load_manifest(sandbox.root).upstreams["Up"]
+    full = Options(jobs=2, tripwires=False, full_gate=True)
+    (gate,) = verify_stack(sandbox.root, [up], Path(sys.executable), False, full).gates
+    assert [b.node for b in gate.broken] == ["tests/unit/sub/test_mod.py::test_is_one"]
+    assert gate.deferred == {}
+
+
+def test_deferred_directories_are_listed_in_the_gate_report(sandbox: Sandbox) -> None:
+    deferred = '[Up.deferred]\n"tests/unit/other" = "slow here"\n'
+    files = {**BREAKS_IS_ONE, "pkg/other/thing.py": "X = 1  # touched\n"}
+    result = _stack(sandbox, [("fix.patch", files, FIX_NODE)], SUITES + deferred)
+    (gate,) = result.gates
+    assert (gate.dirs, gate.deferred) == (["tests/unit/sub"], {"tests/unit/other": "slow here"})
+    assert "not gated in this run (verify --full-gate): tests/unit/other: slow here" in (
+        render_gate(gate)
+    )
+
+
+def test_suite_args_reach_every_run_of_the_upstream_suite(sandbox: Sandbox) -> None:
+    """`args` (e.g. a marker expression) apply to the gate's runs: the deselected broken test
+    is not run, so nothing is broken."""
+    args = 'args = ["-k", "not test_is_one"]\n'
+    result = _stack(sandbox, [("fix.patch", BREAKS_IS_ONE, FIX_NODE)], SUITES + args)
+    (gate,) = result.gates
+    assert gate.broken == []
+    assert (gate.total.run, gate.total.passed) == (2, 2)
+
+
+def test_the_gates_before_run_is_read_back_until_anything_it_depends_on_changes(
+    sandbox: Sandbox,
+) -> None:
+    """The second verify reads the before-tree outcomes from .cache/patchtool (and says so),
+    with the same gate; a changed suite setting or --fresh-gate runs the tree again."""
+    first = _stack(sandbox, [("fix.patch", BREAKS_IS_ONE, FIX_NODE)])
+    assert not any("read from" in note for note in first.notes)
+    up = load_manifest(sandbox.root).upstreams["Up"]
+
+    def again(**options: bool) -> StackResult:
+        opts = Options(jobs=2, tripwires=False, **options)
+        return verify_stack(sandbox.root, [up], Path(sys.executable), False, opts)
+
+    second = again()
+    assert any("before-tree outcomes were read from .cache/patchtool" in n for n in second.notes)
+    assert [b.node for b in second.gates[0].broken] == [b.node for b in first.gates[0].broken]
+    assert second.gates[0].total == first.gates[0].total
+    assert not any("read from" in note for note in again(gate_cache=False).notes)
+    write(sandbox.root, {"patches/upstream-tests.toml": SUITES.replace("60", "61")})
+    assert not any("read from" in note for note in again().notes)
+
+
+def test_suite_args_and_deferred_are_validated(tmp_path: Path) -> None:
+    bad = SUITES + 'args = "-m slow"\n'
+    write(tmp_path, {"patches/upstream-tests.toml": bad})
+    with pytest.raises(PatchToolError, match="`args` must be a list"):
+        load_suites(tmp_path)
+    write(tmp_path, {"patches/upstream-tests.toml": SUITES + '[Up.deferred]\n"tests/x" = ""\n'})
+    with pytest.raises(PatchToolError, match="`deferred` must map"):
+        load_suites(tmp_path)
 
 
 def test_tripwire_left_out_state_keeps_upstream_tests_a_later_patch_extends(

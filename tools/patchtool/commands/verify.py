@@ -77,6 +77,10 @@ def render_gate(gate: Gate) -> str:
         else:
             lines.append(f"  BROKEN {b.node} by {b.patch}: {b.before} -> {b.after}: {b.detail}")
     lines += [
+        f"  not gated in this run (verify --full-gate): {d}: {why}"
+        for d, why in gate.deferred.items()
+    ]
+    lines += [
         f"  no longer broken, remove from known_broken in patches/upstream-tests.toml: {node}"
         for node in gate.stale_known
     ]
@@ -117,6 +121,17 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         help="skip the Upstream-Test: proofs and the regression gate",
     )
     parser.add_argument("--no-gate", action="store_true", help="skip the regression gate")
+    parser.add_argument(
+        "--full-gate",
+        action="store_true",
+        help="also gate the test directories patches/upstream-tests.toml defers (slow)",
+    )
+    parser.add_argument(
+        "--fresh-gate",
+        action="store_true",
+        help="run the gate's before-the-series tree even when .cache/patchtool holds its "
+        "outcomes for the same pin, patches and environment",
+    )
     parser.add_argument(
         "--record",
         action="store_true",
@@ -162,6 +177,8 @@ def _run(args: argparse.Namespace) -> int:
         tripwires=not args.no_tripwires,
         own_tests=not args.no_upstream_tests,
         gate=not (args.no_upstream_tests or args.no_gate),
+        full_gate=args.full_gate,
+        gate_cache=not args.fresh_gate,
     )
     result = verify_stack(root, ups, python, not args.json, opts)
     if args.record:

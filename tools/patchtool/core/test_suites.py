@@ -39,6 +39,12 @@ class UpstreamSuite:
     # each with why: reported as known (never hidden), not failing verify; a listed test that
     # is no longer broken is reported so the entry goes.
     known_broken: dict[str, str] = field(default_factory=dict)
+    # Extra pytest arguments for every run of this suite (plugins, a marker expression), after
+    # the CPU plugin and before the nodes.
+    args: tuple[str, ...] = ()
+    # Gate directories too slow for every verify, each with why (the minutes measured): left
+    # out of the gate unless `verify --full-gate`, and listed in its report, never silently.
+    deferred: dict[str, str] = field(default_factory=dict)
 
     @property
     def test_top(self) -> str:
@@ -49,7 +55,7 @@ class UpstreamSuite:
     def is_test_file(self, path: str) -> bool:
         return PurePosixPath(path).parts[:1] == (self.test_top,)
 
-    def gate_dirs(self, patch: Patch, tree: Path) -> list[str]:
+    def gate_dirs(self, patch: Patch, tree: Path, full: bool = False) -> list[str]:
         """The upstream test directories of the source files `patch` changes.
 
         A source file `<package>/a/b/c.py` maps to `<tests_root>/a/b/`; where that directory
@@ -71,9 +77,13 @@ class UpstreamSuite:
             ]
             candidates = candidates or [PurePosixPath(self.tests_root)]
             hit = next((c.as_posix() for c in candidates if (tree / c).is_dir()), None)
-            if hit:
+            if hit and (full or hit not in self.deferred):
                 found.add(hit)
         return sorted(found)
+
+    def deferred_dirs(self, patch: Patch, tree: Path) -> list[str]:
+        """The gate directories of `patch` that only `verify --full-gate` runs."""
+        return [d for d in self.gate_dirs(patch, tree, full=True) if d in self.deferred]
 
 
 def upstream_tests(patch: Patch) -> list[str]:
@@ -127,8 +137,22 @@ def _suite(name: str, table: dict[str, object]) -> UpstreamSuite:
         raise PatchToolError(
             f"{where}: `known_broken` must map each upstream test node id to why it is broken"
         )
+    args = table.get("args", [])
+    if not isinstance(args, list) or not all(isinstance(a, str) and a for a in args):
+        raise PatchToolError(
+            f'{where}: `args` must be a list of pytest arguments (e.g. ["-m", "not slow"])'
+        )
+    deferred = table.get("deferred", {})
+    if not isinstance(deferred, dict) or not all(
+        isinstance(v, str) and v.strip() for v in deferred.values()
+    ):
+        raise PatchToolError(
+            f"{where}: `deferred` must map each test directory to why the gate defers it"
+        )
     return UpstreamSuite(
         upstream=name,
+        args=tuple(args),
+        deferred={str(k).strip("/"): str(v) for k, v in deferred.items()},
         known_broken={str(k): str(v) for k, v in known.items()},
         pending={str(k): str(v) for k, v in pending.items()},
         tests_root=str(table["tests_root"]).strip("/"),

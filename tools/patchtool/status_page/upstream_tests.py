@@ -74,6 +74,17 @@ def section(root: Path, patches: list[tuple[str, str, str]]) -> list[str]:
         out.append(
             "| " + " | ".join([*cells, *_counts(up.get("gate")), _causes(up.get("gate"))]) + " |"
         )
+    deferred = [
+        f"- {name} `{d}`: {why}"
+        for name, up in record.items()
+        for d, why in dict(up.get("deferred", {})).items()
+    ]
+    if deferred:
+        out += [
+            "",
+            "Touched, not gated by every verify (`tools/patches verify --full-gate` runs them):",
+        ]
+        out += deferred
     out += [
         "",
         "| upstream | patch | upstream test | verdict | gate dirs | run | pass | not passing before "
@@ -87,7 +98,13 @@ def section(root: Path, patches: list[tuple[str, str, str]]) -> list[str]:
             out.append(f"| {upstream} | `{name}` | {why} | | | | | | | | |")
             continue
         tests = "<br>".join(f"`{t}`" for t in entry.get("upstream_tests", [])) or "none"
-        dirs = "<br>".join(f"`{d}`" for d in entry.get("gate_dirs", [])) or "none"
+        dirs = (
+            "<br>".join(
+                [f"`{d}`" for d in entry.get("gate_dirs", [])]
+                + [f"`{d}` (deferred)" for d in entry.get("deferred_dirs", [])]
+            )
+            or "none"
+        )
         cells = [upstream, f"`{name}`", tests, str(entry.get("verdict", "")), dirs]
         out.append("| " + " | ".join([*cells, *_counts(entry.get("gate"))]) + " |")
     return [*out, ""]

@@ -159,7 +159,8 @@ def upstream_pytest_args(suite: UpstreamSuite) -> list[str]:
     `--maxfail` undoes an `-x` in the upstream's addopts (NeMo-RL's) and
     `--continue-on-collection-errors` pytest's stop at a file that does not import here: the
     gate must see every test (an uncollectable file counts as one failing node). The timeout
-    turns a test that hangs on CPU into one failure.
+    turns a test that hangs on CPU into one failure. The suite's own `args`
+    (patches/upstream-tests.toml) come last.
     """
     return [
         "-p",
@@ -169,4 +170,5 @@ def upstream_pytest_args(suite: UpstreamSuite) -> list[str]:
         "--continue-on-collection-errors",
         "-W",
         "ignore",
+        *suite.args,
     ]

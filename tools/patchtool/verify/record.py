@@ -39,12 +39,14 @@ def record_data(root: Path, result: StackResult) -> dict[str, object]:
                 "verdict": proof.verdict,
                 "detail": proof.detail,
                 "gate_dirs": proof.gate_dirs,
+                "deferred_dirs": proof.deferred_dirs,
                 "gate": asdict(counts) if counts else None,
             }
         upstreams[name] = {
             "baseline": gate.baseline if gate else "",
             "gate_dirs": gate.dirs if gate else [],
             "gate": asdict(gate.total) if gate else None,
+            "deferred": gate.deferred if gate else {},
             "broken": [asdict(b) for b in gate.broken] if gate else [],
             "patches": patches,
         }

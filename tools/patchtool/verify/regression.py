@@ -58,6 +58,9 @@ class Gate:
     per_patch: dict[str, Counts]
     broken: list[Broken]
     stale_known: list[str] = field(default_factory=list)  # listed as broken, but not broken
+    # Directories the series touches that this run did not gate (`deferred` in
+    # patches/upstream-tests.toml; `verify --full-gate` runs them): directory -> why.
+    deferred: dict[str, str] = field(default_factory=dict)
 
     @property
     def new_broken(self) -> list[Broken]:
@@ -124,7 +127,17 @@ def gate_of(plan: SuitePlan) -> Gate | None:
     for item in broken:
         item.known = known.get(item.node, "")
     stale = sorted(set(known) - {b.node for b in broken})
-    return Gate(plan.suite.upstream, plan.baseline_label, dirs, total, per_patch, broken, stale)
+    deferred = {d: plan.suite.deferred[d] for proof in plan.proofs for d in proof.deferred_dirs}
+    return Gate(
+        plan.suite.upstream,
+        plan.baseline_label,
+        dirs,
+        total,
+        per_patch,
+        broken,
+        stale,
+        dict(sorted(deferred.items())),
+    )
 
 
 def attribution_states(plan: SuitePlan, gate: Gate) -> list[tuple[int, VerifyState]]:

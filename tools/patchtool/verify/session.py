@@ -15,6 +15,8 @@ from pathlib import Path
 
 from ..core.manifest import Upstream
 from ..core.test_suites import UpstreamSuite, load_suites
+from . import gate_cache
+from .pytest_run import Outcomes
 from .regression import Gate, attribute, attribution_states, gate_of
 from .states import VerifyState, run_states, say
 from .tripwire import Proof, TripwirePlan, fold_plan, plan_upstream
@@ -30,6 +32,8 @@ class Options:
     tripwires: bool = True
     own_tests: bool = True  # each patch's Upstream-Test, proven
     gate: bool = True  # the upstream's tests of the touched directories, before and after
+    full_gate: bool = False  # also the directories a suite defers (patches/upstream-tests.toml)
+    gate_cache: bool = True  # read the gate's before-tree outcomes back when nothing changed
 
 
 @dataclass
@@ -62,7 +66,16 @@ def _suite_plans(
                 "archive or a missing checkout: not run here"
             )
         else:
-            out.append(plan_suite(suite, plan.series, plan.repo, plan.packages, gate=opts.gate))
+            out.append(
+                plan_suite(
+                    suite,
+                    plan.series,
+                    plan.repo,
+                    plan.packages,
+                    gate=opts.gate,
+                    full_gate=opts.full_gate,
+                )
+            )
     return out
 
 
@@ -79,7 +92,9 @@ def verify_stack(
     tripwire_states = (
         [s for plan in plans for pair in plan.states for s in pair] if opts.tripwires else []
     )
-    suite_states = [s for plan in suites for s in plan.states]
+    keys = _gate_keys(root, python, ups, suites, opts)
+    cached = _read_cached(root, suites, keys, result.notes)
+    suite_states = [s for plan in suites for s in plan.states if id(s) not in cached]
     # Longest first, as far as can be told before running: the suite runs (many files), then
     # states with more nodes, then left-out states (their tests fail slowly).
     ordered = sorted(
@@ -94,6 +109,9 @@ def verify_stack(
             fold_plan(plan)
         result.proofs += plan.proofs
     for suite in suites:
+        key = keys.get(suite.suite.upstream)
+        if key and suite.before is not None and id(suite.before) not in cached:
+            gate_cache.store(root, suite.suite.upstream, key, suite.before.outcomes)
         fold_suite(suite)
         result.upstream += suite.proofs
         gate = gate_of(suite)
@@ -101,6 +119,43 @@ def verify_stack(
             _attribute(root, python, progress, opts, suite, gate)
             result.gates.append(gate)
     return result
+
+
+def _gate_keys(
+    root: Path, python: Path, ups: list[Upstream], suites: list[SuitePlan], opts: Options
+) -> dict[str, str]:
+    """Upstream -> the cache key of its gate's before-tree run ({} with the cache off)."""
+    gated = [plan for plan in suites if plan.before is not None]
+    if not opts.gate_cache or not gated:
+        return {}
+    environment = gate_cache.environment_fingerprint(root, python)
+    pins = {up.name: up.commit for up in ups}
+    return {
+        plan.suite.upstream: gate_cache.cache_key(plan, pins[plan.suite.upstream], environment)
+        for plan in gated
+    }
+
+
+def _read_cached(
+    root: Path, suites: list[SuitePlan], keys: dict[str, str], notes: list[str]
+) -> set[int]:
+    """Load each gate's before-tree outcomes kept under its key; the ids of those states."""
+    loaded: set[int] = set()
+    for plan in suites:
+        key = keys.get(plan.suite.upstream)
+        outcomes: Outcomes | None = None
+        if key and plan.before is not None:
+            outcomes = gate_cache.load(root, plan.suite.upstream, key)
+        if outcomes is None or plan.before is None:
+            continue
+        plan.before.outcomes = outcomes
+        loaded.add(id(plan.before))
+        notes.append(
+            f"{plan.suite.upstream}: the gate's before-tree outcomes were read from "
+            f"{gate_cache.CACHE_DIR}/{plan.suite.upstream}-{key}.json (same pin, patches, "
+            "environment and plugins); --fresh-gate runs them again"
+        )
+    return loaded
 
 
 def _attribute(

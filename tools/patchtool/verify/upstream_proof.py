@@ -42,6 +42,7 @@ class UpstreamProof:
     detail: str = ""
     without_detail: str = ""  # how the test failed without the source (what it proves)
     gate_dirs: list[str] = field(default_factory=list)
+    deferred_dirs: list[str] = field(default_factory=list)  # gated only by --full-gate
     pending: str = ""  # why the patch has no upstream test yet (patches/upstream-tests.toml)
 
     @property
@@ -92,12 +93,18 @@ def plan_suite(
     repo: Path,
     packages: list[str],
     gate: bool = True,
+    full_gate: bool = False,
 ) -> SuitePlan:
-    """The states that prove each patch's upstream test and run the gate (nothing runs yet)."""
+    """The states that prove each patch's upstream test and run the gate (nothing runs yet);
+    the suite's deferred gate directories only with `full_gate`."""
     patches = [patch for _, patch in series]
     proofs = [
         UpstreamProof(
-            suite.upstream, p.path.name, upstream_tests(p), gate_dirs=suite.gate_dirs(p, repo)
+            suite.upstream,
+            p.path.name,
+            upstream_tests(p),
+            gate_dirs=suite.gate_dirs(p, repo, full=full_gate),
+            deferred_dirs=[] if full_gate else suite.deferred_dirs(p, repo),
         )
         for p in patches
     ]
