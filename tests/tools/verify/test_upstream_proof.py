@@ -205,7 +205,10 @@ def test_a_deferred_directory_is_reported_not_gated_and_full_gate_runs_it(
     (proof,) = result.upstream
     assert proof.verdict == "proven"
     assert (proof.gate_dirs, proof.deferred_dirs) == ([], ["tests/unit/sub"])
-    assert result.gates == []  # nothing left to gate: no before/after run at all
+    (empty,) = result.gates  # nothing left to gate, no before/after run: the deferral is listed
+    assert (empty.dirs, empty.total.run) == ([], 0)
+    assert empty.deferred == {"tests/unit/sub": "20 minutes per tree"}
+    assert "not gated in this run (verify --full-gate): tests/unit/sub" in render_gate(empty)
     up = load_manifest(sandbox.root).upstreams["Up"]
     full = Options(jobs=2, tripwires=False, full_gate=True)
     (gate,) = verify_stack(sandbox.root, [up], Path(sys.executable), False, full).gates
@@ -254,6 +257,28 @@ def test_the_gates_before_run_is_read_back_until_anything_it_depends_on_changes(
     assert not any("read from" in note for note in again(gate_cache=False).notes)
     write(sandbox.root, {"patches/upstream-tests.toml": SUITES.replace("60", "61")})
     assert not any("read from" in note for note in again().notes)
+    # A plugin source appearing (or changing) is a new key too.
+    write(sandbox.root, {"integration/mcore_grpo/upstream_cpu.py": "# a plugin\n"})
+    assert not any("read from" in note for note in again().notes)
+    assert any("read from" in note for note in again().notes)
+
+
+def test_plugin_sources_follow_the_plugins_imports_within_mcore_grpo() -> None:
+    from tools.patchtool.verify.gate_cache import plugin_sources
+
+    root = Path(__file__).resolve().parents[3]
+    found = {
+        p.relative_to(root / "integration").as_posix()
+        for p in plugin_sources(root, ["mcore_grpo.upstream_cpu", "mcore_grpo.upstream_nemo_rl"])
+    }
+    assert {
+        "mcore_grpo/__init__.py",
+        "mcore_grpo/upstream_cpu.py",
+        "mcore_grpo/upstream_cpu_causes.py",
+        "mcore_grpo/worker/cpu.py",
+        "mcore_grpo/nemo_rl_driver/automodel_compat.py",
+    } <= found
+    assert "mcore_grpo/grpo/loop.py" not in found  # not imported by the plugins
 
 
 def test_suite_args_and_deferred_are_validated(tmp_path: Path) -> None:

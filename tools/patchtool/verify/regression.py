@@ -114,9 +114,14 @@ def count(before: Outcomes, after: Outcomes, dirs: list[str]) -> tuple[Counts, l
 
 
 def gate_of(plan: SuitePlan) -> Gate | None:
-    """The gate of one planned suite from its before/after outcomes (None: nothing to gate)."""
+    """The gate of one planned suite from its before/after outcomes (None: nothing to gate and
+    nothing deferred; with every touched directory deferred, an empty gate that lists them)."""
+    deferred = {d: plan.suite.deferred[d] for proof in plan.proofs for d in proof.deferred_dirs}
+    deferred = dict(sorted(deferred.items()))
     if plan.before is None or plan.after is None:
-        return None
+        if not deferred:
+            return None
+        return Gate(plan.suite.upstream, plan.baseline_label, [], Counts(), {}, [], [], deferred)
     dirs = plan.before.dirs
     total, broken = count(plan.before.outcomes, plan.after.outcomes, dirs)
     per_patch = {
@@ -127,7 +132,6 @@ def gate_of(plan: SuitePlan) -> Gate | None:
     for item in broken:
         item.known = known.get(item.node, "")
     stale = sorted(set(known) - {b.node for b in broken})
-    deferred = {d: plan.suite.deferred[d] for proof in plan.proofs for d in proof.deferred_dirs}
     return Gate(
         plan.suite.upstream,
         plan.baseline_label,
@@ -136,7 +140,7 @@ def gate_of(plan: SuitePlan) -> Gate | None:
         per_patch,
         broken,
         stale,
-        dict(sorted(deferred.items())),
+        deferred,
     )
 
 

@@ -16,7 +16,6 @@ from pathlib import Path
 from ..core.manifest import Upstream
 from ..core.test_suites import UpstreamSuite, load_suites
 from . import gate_cache
-from .pytest_run import Outcomes
 from .regression import Gate, attribute, attribution_states, gate_of
 from .states import VerifyState, run_states, say
 from .tripwire import Proof, TripwirePlan, fold_plan, plan_upstream
@@ -93,8 +92,8 @@ def verify_stack(
         [s for plan in plans for pair in plan.states for s in pair] if opts.tripwires else []
     )
     keys = _gate_keys(root, python, ups, suites, opts)
-    cached = _read_cached(root, suites, keys, result.notes)
-    suite_states = [s for plan in suites for s in plan.states if id(s) not in cached]
+    _read_cached(root, suites, keys, result.notes)
+    suite_states = [s for plan in suites for s in plan.states]
     # Longest first, as far as can be told before running: the suite runs (many files), then
     # states with more nodes, then left-out states (their tests fail slowly).
     ordered = sorted(
@@ -109,9 +108,7 @@ def verify_stack(
             fold_plan(plan)
         result.proofs += plan.proofs
     for suite in suites:
-        key = keys.get(suite.suite.upstream)
-        if key and suite.before is not None and id(suite.before) not in cached:
-            gate_cache.store(root, suite.suite.upstream, key, suite.before.outcomes)
+        _keep_before(root, suite, keys.get(suite.suite.upstream), result.notes)
         fold_suite(suite)
         result.upstream += suite.proofs
         gate = gate_of(suite)
@@ -129,33 +126,41 @@ def _gate_keys(
     if not opts.gate_cache or not gated:
         return {}
     environment = gate_cache.environment_fingerprint(root, python)
-    pins = {up.name: up.commit for up in ups}
+    stack = gate_cache.stack_fingerprint(root, [up.name for up in ups])
     return {
-        plan.suite.upstream: gate_cache.cache_key(plan, pins[plan.suite.upstream], environment)
-        for plan in gated
+        plan.suite.upstream: gate_cache.cache_key(root, plan, stack, environment) for plan in gated
     }
 
 
 def _read_cached(
     root: Path, suites: list[SuitePlan], keys: dict[str, str], notes: list[str]
-) -> set[int]:
-    """Load each gate's before-tree outcomes kept under its key; the ids of those states."""
-    loaded: set[int] = set()
+) -> None:
+    """Load each gate's before-tree outcomes kept under its key (the plan then skips the run)."""
     for plan in suites:
         key = keys.get(plan.suite.upstream)
-        outcomes: Outcomes | None = None
-        if key and plan.before is not None:
-            outcomes = gate_cache.load(root, plan.suite.upstream, key)
-        if outcomes is None or plan.before is None:
+        if not key or plan.before is None:
+            continue
+        outcomes = gate_cache.load(root, plan.suite.upstream, key)
+        if outcomes is None:
             continue
         plan.before.outcomes = outcomes
-        loaded.add(id(plan.before))
+        plan.before_cached = True
         notes.append(
             f"{plan.suite.upstream}: the gate's before-tree outcomes were read from "
-            f"{gate_cache.CACHE_DIR}/{plan.suite.upstream}-{key}.json (same pin, patches, "
+            f"{gate_cache.CACHE_DIR}/{plan.suite.upstream}-{key}.json (same pins, patches, "
             "environment and plugins); --fresh-gate runs them again"
         )
-    return loaded
+
+
+def _keep_before(root: Path, plan: SuitePlan, key: str | None, notes: list[str]) -> None:
+    """Keep a before-tree run for the next verify (gate_cache.py), or say why it was not."""
+    if not key or plan.before is None or plan.before_cached:
+        return
+    if not gate_cache.store(root, plan.suite.upstream, key, plan.before.outcomes):
+        notes.append(
+            f"{plan.suite.upstream}: the gate's before-tree run was not kept for the next "
+            "verify (a test timed out, or the run proves nothing)"
+        )
 
 
 def _attribute(

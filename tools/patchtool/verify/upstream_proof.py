@@ -61,10 +61,13 @@ class SuitePlan:
     without: list[tuple[UpstreamProof, VerifyState]] = field(default_factory=list)
     series: list[Patch] = field(default_factory=list)
     baseline_index: int = 0  # patches[:baseline_index] are in the "before" tree
+    before_cached: bool = False  # `before`'s outcomes were read back (gate_cache.py), not run
 
     @property
     def states(self) -> list[VerifyState]:
-        listed = [self.after, self.before, *(state for _, state in self.without)]
+        """The states to run (a before-tree read back from the cache is not one)."""
+        before = None if self.before_cached else self.before
+        listed = [self.after, before, *(state for _, state in self.without)]
         return [state for state in listed if state is not None]
 
     @property
@@ -97,6 +100,12 @@ def plan_suite(
 ) -> SuitePlan:
     """The states that prove each patch's upstream test and run the gate (nothing runs yet);
     the suite's deferred gate directories only with `full_gate`."""
+    missing = [d for d in suite.deferred if not (repo / d).is_dir()]
+    if missing:
+        raise PatchToolError(
+            f"patches/upstream-tests.toml [{suite.upstream}.deferred]: {missing[0]!r} is not a "
+            f"directory of {suite.upstream}'s tree; name a test directory below {suite.tests_root}"
+        )
     patches = [patch for _, patch in series]
     proofs = [
         UpstreamProof(
