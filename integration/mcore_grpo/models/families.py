@@ -139,8 +139,7 @@ def tiny_config(arch: str) -> Any:
     for key in ("layer_types", "mlp_layer_types"):  # attention and MLP (dense / MoE) kinds
         kinds = defaults.get(key)
         if kinds:  # the first two kinds the family interleaves (Gemma 3: 5 sliding, then full)
-            distinct = list(dict.fromkeys(kinds))
-            sizes[key] = [distinct[0], distinct[1] if len(distinct) > 1 else kinds[-1]]
+            sizes[key] = (list(dict.fromkeys(kinds)) * 2)[:2]
     sizes.update(OVERRIDES.get(arch, {}))
     return config_class(architectures=[arch], **sizes)
 
