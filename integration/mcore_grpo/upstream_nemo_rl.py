@@ -1,0 +1,91 @@
+"""pytest plugin for NeMo-RL's own unit tests on this machine, loaded after
+`mcore_grpo.upstream_cpu` (`args` of [NeMo-RL] in patches/upstream-tests.toml):
+
+    cd <NeMo-RL tree> && python -m pytest -p mcore_grpo.upstream_cpu \
+        -p mcore_grpo.upstream_nemo_rl tests/unit/...
+
+NeMo-RL's `tests/unit/conftest.py` starts one Ray cluster per session (autouse
+`init_ray_cluster` -> `nemo_rl.distributed.virtual_cluster.init_ray`). Three things about that
+do not hold here, and each is changed at `ray.init`, nothing in NeMo-RL's tree:
+
+- `init_ray` first tries `ray.init(address="auto")`, which attaches to whatever Ray cluster is
+  already running on the machine (a training run's, another test session's) and then runs the
+  tests on it. Here that call raises the `ConnectionError` Ray raises when no cluster runs, so
+  `init_ray` takes its own path to a new local cluster: every session gets a private one.
+- The new cluster asks for the dashboard (`include_dashboard=True`), whose packages
+  (`aiohttp_cors`, `opencensus`, ...) are not installed: `Exception: Cannot include dashboard
+  with missing packages`. It starts without it (nothing in the unit tests reads it).
+- Ray gives the raylet a fixed 30 s to register; on a loaded 2-core machine it can take longer
+  ("The current node timed out during startup") and a fresh start then succeeds: retried, as
+  `mcore_grpo.grpo.local_ray.start_local_ray` does for our runs.
+
+Also: nemo_automodel 0.4.0's `lora_kernel` module raises at import under Triton 3.9 (this
+environment; NeMo-RL's CI has 3.8), which fails every NeMo-RL module that imports automodel. It
+is imported first on its own no-Triton path, as our NeMo-RL driver does
+(`mcore_grpo.nemo_rl_driver.automodel_compat`, which says why).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+import pytest
+
+from mcore_grpo.nemo_rl_driver.automodel_compat import prepare_automodel
+
+START_ATTEMPTS = 3
+_MARK = "_mcore_grpo_private_cluster"
+
+
+def private_ray_init(real_init: Any) -> Any:
+    """`ray.init` that never attaches to a running cluster, starts no dashboard, and retries a
+    raylet that registers slowly."""
+
+    @functools.wraps(real_init)
+    def init(*args: Any, **kwargs: Any) -> Any:
+        address = kwargs.get("address", args[0] if args else None)
+        if address == "auto":
+            raise ConnectionError(
+                "upstream-nemo-rl: each test session starts a private Ray cluster; not "
+                "attaching to one already running on this machine"
+            )
+        kwargs["include_dashboard"] = False
+        if address is None and not args:
+            kwargs["address"] = "local"
+        import ray
+
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                context = real_init(*args, **kwargs)
+            except Exception as err:
+                if "timed out during startup" not in str(err) or attempt == START_ATTEMPTS:
+                    raise
+                ray.shutdown()
+                continue
+            # Processes the tests start (Ray's own CLI, subprocesses) that ask for "the"
+            # cluster find this session's, not another on the machine.
+            if ray.is_initialized():
+                os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
+            return context
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    setattr(init, _MARK, True)
+    return init
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    prepare_automodel()
+    import ray
+
+    if not getattr(ray.init, _MARK, False):
+        ray.init = private_ray_init(ray.init)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return (
+        "upstream-nemo-rl: a private Ray cluster per session (no dashboard), "
+        "nemo_automodel's lora_kernel on its torch path"
+    )
