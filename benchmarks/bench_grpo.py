@@ -17,11 +17,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from mcore_grpo.grpo.config_loader import load_config
-from mcore_grpo.grpo.loop import GRPOLoop
-from mcore_grpo.grpo.messages import TaskTokens
-from mcore_grpo.grpo.runner import RayRunner
-from mcore_grpo.grpo.task import build_task
+from mcore_grpo.grpo.config.config_loader import load_config
+from mcore_grpo.grpo.driver.loop import GRPOLoop
+from mcore_grpo.grpo.ranks.messages import TaskTokens
+from mcore_grpo.grpo.ranks.runner import RayRunner
+from mcore_grpo.grpo.tasks.task import build_task
 
 COLUMNS = ("generation_time_s", "logprob_time_s", "training_time_s", "step_time_s")
 

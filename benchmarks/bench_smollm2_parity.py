@@ -40,7 +40,7 @@ from benchmarks.bench_vs_transformers import hf_sample  # noqa: E402
 
 def model_dir(name: str | None) -> str:
     """An HF directory: `name` as a directory, a GGUF converted once, or SmolLM2 resolved."""
-    from mcore_grpo.grpo.pretrained import SMOLLM2, resolve_pretrained
+    from mcore_grpo.grpo.policy_model.pretrained import SMOLLM2, resolve_pretrained
 
     return resolve_pretrained(name or SMOLLM2)
 
@@ -79,7 +79,7 @@ def _timed(fn: Any, device: str) -> float:
 def one_precision(args: argparse.Namespace) -> dict[str, Any]:
     """Both sides at `args.precision` on `args.device`, in this process."""
     import torch
-    from mcore_grpo.grpo.loss import worker_default_loss
+    from mcore_grpo.grpo.algorithm.loss import worker_default_loss
     from mcore_grpo.worker.config import ModelConfig, WorkerConfig
     from mcore_grpo.worker.cpu import cpu_device
     from mcore_grpo.worker.forward import policy_logits

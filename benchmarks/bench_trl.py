@@ -77,7 +77,7 @@ step / that median; peak RSS: ``ru_maxrss`` of the side's process.
 start-up not counted) and is evaluated before training and at the first step boundary after
 each M/``--checkpoints`` minutes: the policy is written as a Hugging Face checkpoint (ours
 `GRPOLoop.export`, TRL `save_pretrained`) and graded by the same code,
-`mcore_grpo.grpo.hf_eval.evaluate_checkpoint` (`transformers` greedy generate,
+`mcore_grpo.grpo.tasks.hf_eval.evaluate_checkpoint` (`transformers` greedy generate,
 max_new_tokens of the run, the same verifier) on the first ``--eval-size`` of the preset's 200
 held-out problems. Writes ``--json`` (seconds, accuracy per side) and ``--plot``.
 """
@@ -236,9 +236,9 @@ def _setup(args: argparse.Namespace, work: Path) -> tuple[Any, Any]:
     import torch
 
     torch.set_num_threads(args.threads)
-    from mcore_grpo.grpo.config_loader import load_config
-    from mcore_grpo.grpo.hf_model import resolve_model
-    from mcore_grpo.grpo.math_task import make_task
+    from mcore_grpo.grpo.config.config_loader import load_config
+    from mcore_grpo.grpo.policy_model.hf_model import resolve_model
+    from mcore_grpo.grpo.tasks.math_task import make_task
 
     config = resolve_model(load_config(PRESET, None, bench_overrides(args)), work)
     return config, make_task(config)
@@ -294,8 +294,8 @@ def _progress(side: str) -> Callable[[dict[str, Any]], None]:
 
 def _grader(task: Any, config: Any, args: argparse.Namespace, path: Path) -> Callable[[], float]:
     """Grades the checkpoint at `path` (written just before) with the project's HF grader."""
-    from mcore_grpo.grpo.evaluation import Evaluator
-    from mcore_grpo.grpo.hf_eval import evaluate_checkpoint
+    from mcore_grpo.grpo.tasks.evaluation import Evaluator
+    from mcore_grpo.grpo.tasks.hf_eval import evaluate_checkpoint
 
     evaluator = Evaluator(task, args.eval_size)
     g = config.grpo
@@ -313,9 +313,9 @@ def _grader(task: Any, config: Any, args: argparse.Namespace, path: Path) -> Cal
 def ours_side(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """Our GRPO loop, one in-process rank (`mcore-grpo --in-process`)."""
     config, task = _setup(args, work)
-    from mcore_grpo.grpo.loop import GRPOLoop
-    from mcore_grpo.grpo.messages import TaskTokens
-    from mcore_grpo.grpo.runner import make_runner
+    from mcore_grpo.grpo.driver.loop import GRPOLoop
+    from mcore_grpo.grpo.ranks.messages import TaskTokens
+    from mcore_grpo.grpo.ranks.runner import make_runner
 
     runner = make_runner(config, TaskTokens.of(task), 1, in_process=True)
     try:
@@ -603,7 +603,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     sides = ("ours", "trl") if args.side == "both" else (args.side,)
     load = os.getloadavg()
     results = {side: _run_side(side, args) for side in sides}
-    from mcore_grpo.grpo.config_loader import load_config
+    from mcore_grpo.grpo.config.config_loader import load_config
 
     config = load_config(PRESET, None, bench_overrides(args))
     print(

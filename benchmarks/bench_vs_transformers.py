@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def _model_dir() -> str:
-    from mcore_grpo.grpo.pretrained import SMOLLM2, resolve_pretrained
+    from mcore_grpo.grpo.policy_model.pretrained import SMOLLM2, resolve_pretrained
 
     return resolve_pretrained(SMOLLM2)
 
@@ -109,7 +109,7 @@ def worker_side(args: argparse.Namespace) -> dict[str, float]:
     """The worker (one rank, gloo): `train()` steps, then `generate` (static KV cache)."""
     import torch
     import torch.distributed as dist
-    from mcore_grpo.grpo.loss import worker_default_loss
+    from mcore_grpo.grpo.algorithm.loss import worker_default_loss
     from mcore_grpo.worker.config import ModelConfig, OptimizerSettings, WorkerConfig
     from mcore_grpo.worker.generation import SamplingParams
     from mcore_grpo.worker.policy_worker import MegatronPolicyWorker

@@ -34,7 +34,7 @@ STEPS = 5
 def measure() -> dict[str, float]:
     """One rank's figures (called on both ranks by the spawn)."""
     import torch.distributed as dist
-    from mcore_grpo.grpo.loss import worker_default_loss
+    from mcore_grpo.grpo.algorithm.loss import worker_default_loss
     from mcore_grpo.worker.comm_volume import count_gradient_reductions
     from mcore_grpo.worker.cpu import cpu_device
     from mcore_grpo.worker.model import sync_params
@@ -115,7 +115,7 @@ def measure_fair() -> dict[str, float]:
 
     import torch
     import torch.distributed as dist
-    from mcore_grpo.grpo.loss import worker_default_loss
+    from mcore_grpo.grpo.algorithm.loss import worker_default_loss
     from mcore_grpo.worker.config import ModelConfig
     from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 

@@ -61,7 +61,7 @@ uv run --no-sync python benchmarks/device/site_bundle.py "$dest/site.tar.gz" \
 if $real_model; then
   mkdir -p "$dest-b"
   [[ ${NO_GSM8K:-} ]] || tar czf "$dest/gsm8k.tar.gz" -C ../shared/data gsm8k
-  gguf=$(uv run --no-sync python -c 'from mcore_grpo.grpo.pretrained import smollm2_gguf; print(smollm2_gguf())')
+  gguf=$(uv run --no-sync python -c 'from mcore_grpo.grpo.policy_model.pretrained import smollm2_gguf; print(smollm2_gguf())')
   head -c 36500000 "$gguf" >"$dest/gguf.part-a"
   tail -c +36500001 "$gguf" >"$dest-b/gguf.part-b"
   sha256sum "$gguf" | awk '{print $1}' >"$dest/gguf.sha256"

@@ -40,7 +40,7 @@ stage() {
 
 stage pytest "${PYTEST_S:-240}" python3 -m pytest -p no:cacheprovider -q -m "not slow" \
   --timeout 150 --durations 15 --junitxml="$OUT/junit.xml" \
-  tests/integration/worker tests/integration/grpo/test_loss.py \
+  tests/integration/worker tests/integration/grpo/algorithm/test_loss.py \
   tests/integration/grpo/test_gpu_smoke_preset.py tests/integration/test_seed_crash.py \
   tests/patches/megatron_lm/test_ddp_forward_pre_hook.py tests/benchmarks
 [[ -f $OUT/pytest.log ]] && tail -n 40 "$OUT/pytest.log" | grep -E "passed|failed|error|FAILED|ERROR" >>"$OUT/summary.txt"

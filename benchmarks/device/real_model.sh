@@ -24,7 +24,7 @@ import time
 start = time.perf_counter()
 import gguf  # noqa: F401  (transformers' GGUF reader)
 import megatron.bridge  # noqa: F401
-from mcore_grpo.grpo.nemo_rl_math import MathVerifier
+from mcore_grpo.grpo.tasks.nemo_rl_math import MathVerifier
 
 verifier = MathVerifier("hf_math_verify")
 scores = verifier.scores(["so the answer is \\boxed{18}", "so the answer is \\boxed{17}"], ["18", "18"])

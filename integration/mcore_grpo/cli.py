@@ -23,18 +23,18 @@ import sys
 import time
 from pathlib import Path
 
-from mcore_grpo.grpo import placement
-from mcore_grpo.grpo.checkpoint import CheckpointError, latest_step
-from mcore_grpo.grpo.config_loader import DEFAULT_PRESET, load_config, preset_names
-from mcore_grpo.grpo.dry_run import check_layout
-from mcore_grpo.grpo.hf_model import is_hf_model, resolve_model
-from mcore_grpo.grpo.math_task import make_task
-from mcore_grpo.grpo.messages import TaskTokens
-from mcore_grpo.grpo.metrics import summarize
-from mcore_grpo.grpo.placement import PlacementError
-from mcore_grpo.grpo.runner import WorkerFailed, make_runner
-from mcore_grpo.grpo.schema import ConfigError, RunConfig, unused_settings
-from mcore_grpo.grpo.worker_settings import sampling_params
+from mcore_grpo.grpo.cluster import placement
+from mcore_grpo.grpo.cluster.placement import PlacementError
+from mcore_grpo.grpo.config.config_loader import DEFAULT_PRESET, load_config, preset_names
+from mcore_grpo.grpo.config.schema import ConfigError, RunConfig, unused_settings
+from mcore_grpo.grpo.driver.checkpoint import CheckpointError, latest_step
+from mcore_grpo.grpo.driver.dry_run import check_layout
+from mcore_grpo.grpo.driver.metrics import summarize
+from mcore_grpo.grpo.policy_model.hf_model import is_hf_model, resolve_model
+from mcore_grpo.grpo.ranks.messages import TaskTokens
+from mcore_grpo.grpo.ranks.runner import WorkerFailed, make_runner
+from mcore_grpo.grpo.ranks.worker_settings import sampling_params
+from mcore_grpo.grpo.tasks.math_task import make_task
 from mcore_grpo.run_output import (
     HeldBack,
     closing_line,
@@ -46,7 +46,7 @@ from mcore_grpo.run_output import (
 log = logging.getLogger("mcore_grpo")
 
 # Fault injection for the runner's failure tests: "RANK:STEP" makes that worker raise at
-# that step (tests/integration/grpo/test_runner.py). Not a user setting.
+# that step (tests/integration/grpo/ranks/test_runner.py). Not a user setting.
 INJECT_FAILURE_ENV = "MCORE_GRPO_INJECT_FAILURE"
 
 DRIVERS = ("mcore", "nemo-rl")
@@ -248,9 +248,9 @@ def _main(args: argparse.Namespace, held: HeldBack | None) -> int:
     if args.driver == "nemo-rl":
         return run_nemo_rl_driver(args, config, output_dir)
 
-    from mcore_grpo.grpo.loop import GRPOLoop
+    from mcore_grpo.grpo.driver.loop import GRPOLoop
 
-    log.info("mcore-grpo: driver mcore (mcore_grpo.grpo.loop.GRPOLoop)")
+    log.info("mcore-grpo: driver mcore (mcore_grpo.grpo.driver.loop.GRPOLoop)")
     start = time.perf_counter()
     _log_run(args, config, output_dir)
     # The worker logs the backend that actually runs (it falls back to recompute where the
@@ -320,7 +320,7 @@ def _main(args: argparse.Namespace, held: HeldBack | None) -> int:
 
 def run_dry(args: argparse.Namespace, config: RunConfig) -> int:
     """`--dry-run`: the layout checked and each GPU's share printed; raises `ConfigError`."""
-    from mcore_grpo.grpo import dry_run
+    from mcore_grpo.grpo.driver import dry_run
     from mcore_grpo.worker.bridge_source import BridgeUnavailable
 
     try:

@@ -7,7 +7,7 @@ import importlib.util
 from types import SimpleNamespace
 
 import pytest
-from mcore_grpo.grpo.config_loader import load_config
+from mcore_grpo.grpo.config.config_loader import load_config
 
 from benchmarks import bench_trl
 

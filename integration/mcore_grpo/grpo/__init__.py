@@ -1,16 +1,20 @@
 """GRPO on the megatron-core policy worker: the driver, the ranks, and the maths between them.
 
-Module map (one concern each):
+One sub-package per concern, read top to bottom as a step runs:
 
-- run config: `schema` (the dataclass tree, NeMo-RL's key names and defaults),
-  `config_loader` (YAML presets, config files, ``key=value`` overrides, dump);
-- maths: `loss` (the ONE GRPO loss: clipped policy gradient, dual clip, KL penalty; also the
-  worker's default loss), `advantages` (group-normalised advantages);
-- the task: `task` (the built-in verifiable task and its locally built tokenizer);
-- driver <-> rank: `messages` (typed dataclasses both sides exchange), `runner` (in-process
-  or Ray actors joined by one torch.distributed group), `rank` (the actor: one
-  `MegatronPolicyWorker` driven by messages), `worker_settings` (run config -> the worker's
-  `WorkerConfig` and `SamplingParams`), `train_batch` (a `TrainShard` -> the worker's batch);
-- the driver: `loop` (one GRPO step after another), `metrics` (metrics.jsonl, the log line,
-  the end-of-run plot), `checkpoint` (atomic save and resume).
+- `config`: the run config (`schema`: the dataclass tree with NeMo-RL's key names and
+  defaults; `config_loader`: YAML presets, files, ``key=value`` overrides; `nemo_rl_keys`: the
+  NeMo-RL keys read specially; `deadline`: ``checkpoint_must_save_by``);
+- `tasks`: what the policy is trained on and graded by (`task`: the built-in CPU tasks;
+  `math_data`, `math_task`, `nemo_rl_math`: real math problems under NeMo-RL's prompt and
+  verifier; `evaluation`, `hf_eval`: held-out accuracy);
+- `policy_model`: `policy.model_name` made a local checkpoint (`hf_model`, `pretrained`);
+- `algorithm`: the maths (`loss`: the one GRPO loss; `advantages`: group-normalised);
+- `ranks`: driver <-> policy ranks (`messages`: what they exchange; `runner`: in-process or
+  Ray actors; `rank`: one `MegatronPolicyWorker` driven by messages; `worker_settings`,
+  `train_batch`: run config and shards -> what the worker takes);
+- `cluster`: where ranks run (`placement`, `local_ray`, `cluster_attach`) and why a call across
+  them failed (`fault`);
+- `driver`: the loop itself (`loop`: one GRPO step after another; `metrics`, `checkpoint`:
+  what a run leaves behind; `dry_run`: the parallel layout checked before any GPU is rented).
 """

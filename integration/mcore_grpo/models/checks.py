@@ -130,7 +130,7 @@ def grpo_step(checkpoint: Path, tp: int, ep: int, vocab: int) -> dict[str, float
     how far the weights moved (largest absolute change on this rank)."""
     from megatron.core import parallel_state
 
-    from mcore_grpo.grpo import loss as grpo_loss
+    from mcore_grpo.grpo.algorithm import loss as grpo_loss
     from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 
     config = worker_config(checkpoint, tp, ep, vocab)

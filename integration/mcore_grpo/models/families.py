@@ -193,7 +193,7 @@ def write_checkpoint(path: Path, arch: str, seed: int = 0) -> list[str]:
                 param.add_(0.1 * torch.randn_like(param))
     model.save_pretrained(path)
     # A checkpoint carries its tokenizer; Bridge's export copies it and fails without one.
-    from mcore_grpo.grpo.hf_model import task_hf_tokenizer
+    from mcore_grpo.grpo.policy_model.hf_model import task_hf_tokenizer
 
     task_hf_tokenizer().save_pretrained(path)
     return features(config, [name for name, _ in model.named_parameters()])

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcore_grpo.grpo.placement import PlacementError, live_nodes, ranks_per_node
+from mcore_grpo.grpo.cluster.placement import PlacementError, live_nodes, ranks_per_node
 
 CLUSTER_NAME = "mcore-grpo-nemo-rl"  # its placement groups are "<name>-node<i>"
 
 
 class VirtualClusterPlacement:
-    """A `mcore_grpo.grpo.placement.Placement` over NeMo-RL's `RayVirtualCluster`."""
+    """A `mcore_grpo.grpo.cluster.placement.Placement` over NeMo-RL's `RayVirtualCluster`."""
 
     def __init__(self, ray: Any, world_size: int, num_nodes: int, gpu: bool) -> None:
         from nemo_rl.distributed.virtual_cluster import (

@@ -2,7 +2,7 @@
 
 The rows are the prompts our own loop draws (`DigitAddTask.sample_problems(n, seed, step)`
 for steps 1..max_num_steps, in order), so with ``shuffle=False`` NeMo-RL's dataloader hands
-`grpo_train` step k exactly the prompts `mcore_grpo.grpo.loop.GRPOLoop` uses at step k: the
+`grpo_train` step k exactly the prompts `mcore_grpo.grpo.driver.loop.GRPOLoop` uses at step k: the
 two drivers see the same data. NeMo-RL's `AllTaskProcessedDataset` runs `process_datum` (a
 `TaskDataProcessFnCallable`) per row and checks the first prompt for a double BOS;
 `rl_collate_fn` batches them in a `StatefulDataLoader`, as NeMo-RL's `setup()` builds it.
@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
-from mcore_grpo.grpo.math_task import MathTask
-from mcore_grpo.grpo.task import DigitAddTask, Problem
+from mcore_grpo.grpo.tasks.math_task import MathTask
+from mcore_grpo.grpo.tasks.task import DigitAddTask, Problem
 from mcore_grpo.nemo_rl_driver.source import require_nemo_rl
 
 if TYPE_CHECKING:

@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mcore_grpo.grpo import placement
-from mcore_grpo.grpo.schema import RunConfig
+from mcore_grpo.grpo.cluster import placement
+from mcore_grpo.grpo.config.schema import RunConfig
 from mcore_grpo.nemo_rl_driver import source
 from mcore_grpo.run_output import upstream_output
 

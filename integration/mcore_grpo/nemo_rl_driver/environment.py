@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from mcore_grpo.grpo.task import build_task, build_tokenizer
+from mcore_grpo.grpo.tasks.task import build_task, build_tokenizer
 from mcore_grpo.nemo_rl_driver.data import row_problem
 from mcore_grpo.nemo_rl_driver.source import require_nemo_rl
 

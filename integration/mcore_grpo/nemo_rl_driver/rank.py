@@ -1,7 +1,7 @@
 """The Ray actor NeMo-RL's `grpo_train` drives: our `PolicyRank` taking NeMo-RL's batches.
 
 One actor per data-parallel rank, each holding one `MegatronPolicyWorker` (built exactly as
-our own loop builds it, `mcore_grpo.grpo.rank.PolicyRank`). The driver-side adapter
+our own loop builds it, `mcore_grpo.grpo.ranks.rank.PolicyRank`). The driver-side adapter
 (`mcore_grpo.nemo_rl_driver.policy`) shards NeMo-RL's `BatchedDataDict`s over the actors;
 here each shard becomes the worker's batch (`batches.worker_batch`) and NeMo-RL's loss
 function becomes the worker's microbatch loss (`loss.NemoRLLossSum`), so the gradient is
@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from mcore_grpo.grpo.rank import PolicyRank
+from mcore_grpo.grpo.ranks.rank import PolicyRank
 from mcore_grpo.nemo_rl_driver.batches import generation_output, left_pad, worker_batch
 from mcore_grpo.nemo_rl_driver.loss import NemoRLLossSum, loss_level
 from mcore_grpo.nemo_rl_driver.source import require_nemo_rl
@@ -181,7 +181,7 @@ class NemoRLRank(PolicyRank):
 def nemo_rl_moe_metrics(per_optimizer_step: list[dict[str, Any]]) -> dict[str, float]:
     """NeMo-RL's ``moe_metrics`` (scalars; `grpo_train` logs each as ``moe/<name>``) from the
     worker's router metrics of each optimizer step."""
-    from mcore_grpo.grpo.metrics import moe_metrics
+    from mcore_grpo.grpo.driver.metrics import moe_metrics
 
     merged = moe_metrics(per_optimizer_step)
     return {

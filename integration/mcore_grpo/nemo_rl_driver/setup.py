@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mcore_grpo.grpo.local_ray import ADDRESS_ENV, start_local_ray, stop_local_ray
-from mcore_grpo.grpo.math_task import MathTask, make_task
-from mcore_grpo.grpo.messages import TaskTokens
-from mcore_grpo.grpo.runner import RayRunner
-from mcore_grpo.grpo.schema import ConfigError, RunConfig, check_data_parallel
-from mcore_grpo.grpo.task import DigitAddTask
+from mcore_grpo.grpo.cluster.local_ray import ADDRESS_ENV, start_local_ray, stop_local_ray
+from mcore_grpo.grpo.config.schema import ConfigError, RunConfig, check_data_parallel
+from mcore_grpo.grpo.ranks.messages import TaskTokens
+from mcore_grpo.grpo.ranks.runner import RayRunner
+from mcore_grpo.grpo.tasks.math_task import MathTask, make_task
+from mcore_grpo.grpo.tasks.task import DigitAddTask
 from mcore_grpo.nemo_rl_driver.config import master_config
 from mcore_grpo.nemo_rl_driver.data import MATH_ENV, build_dataloader, build_math_dataloader
 from mcore_grpo.nemo_rl_driver.source import require_nemo_rl
@@ -135,7 +135,7 @@ def setup_run(
 
     tokens = TaskTokens.of(task)
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # inherited by the actors
-    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")  # see mcore_grpo.grpo.runner
+    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")  # see mcore_grpo.grpo.ranks.runner
     if not os.environ.get(ADDRESS_ENV):
         # NeMo-RL's math environment and its verifier are actors of one (logical) CPU each;
         # on a cluster (RAY_ADDRESS) the runner attaches and the cluster must hold them.

@@ -43,7 +43,7 @@ def source_root() -> Path:
 
 def require_nemo_rl() -> Path:
     """NeMo-RL's tree, or one line naming the fix. Also sets ``RAY_ENABLE_UV_RUN_RUNTIME_ENV=0``
-    before ray is imported (see `mcore_grpo.grpo.runner`: actors run this interpreter, not a
+    before ray is imported (see `mcore_grpo.grpo.ranks.runner`: actors run this interpreter, not a
     nested ``uv run``), and imports nemo_automodel's LoRA kernel module the way triton 3.9
     allows (`automodel_compat`)."""
     if not is_available():

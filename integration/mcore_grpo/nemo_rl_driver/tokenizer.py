@@ -13,11 +13,11 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerFast
 
-from mcore_grpo.grpo.task import BOS, EOS, PAD, build_tokenizer
+from mcore_grpo.grpo.tasks.task import BOS, EOS, PAD, build_tokenizer
 
 
 class TaskTokenizer(PreTrainedTokenizerFast):
-    """`mcore_grpo.grpo.task.build_tokenizer` with pad/bos/eos set; decode keeps specials."""
+    """`mcore_grpo.grpo.tasks.task.build_tokenizer` with pad/bos/eos set; decode keeps specials."""
 
     def decode(self, token_ids: Any, skip_special_tokens: bool = False, **kwargs: Any) -> Any:
         """Text of `token_ids`, special tokens included whatever the caller asks (see module)."""

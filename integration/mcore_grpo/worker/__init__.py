@@ -12,5 +12,5 @@ megatron-core for CUDA-less machines), `comm_volume` (counts gradient reductions
 benchmarks), `memory/` (offloading weights, optimizer state and NCCL groups).
 
 The worker knows nothing of the GRPO loop; the loop (`mcore_grpo.grpo`) drives it. The one
-exception is its default loss, the GRPO loss without a KL term (`mcore_grpo.grpo.loss`).
+exception is its default loss, the GRPO loss without a KL term (`mcore_grpo.grpo.algorithm.loss`).
 """

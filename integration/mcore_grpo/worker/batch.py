@@ -5,7 +5,7 @@ A batch maps names to tensors with B rows. Per-token tensors are [B, S], aligned
 are [B] (``sample_mask``, ``advantages``). The model predicts token t+1 at position t, so the
 trained positions are [B, S-1]: `loss_mask` says which, and `valid_count` is the number a
 loss sum is divided by -- valid tokens (token level) or valid sequences (sequence level).
-This is the ONE definition of both: the GRPO loss (`mcore_grpo.grpo.loss`) and the split
+This is the ONE definition of both: the GRPO loss (`mcore_grpo.grpo.algorithm.loss`) and the split
 train step (`mcore_grpo.worker.train_step`) read them from here.
 """
 
@@ -27,7 +27,7 @@ Batch = Mapping[str, torch.Tensor]
 # and returns a scalar, UN-normalised SUM over the units `valid_count` counts for
 # `WorkerConfig.loss.level` (valid tokens, or valid sequences). The step divides the summed
 # gradients once by the global count, so a loss normalised per microbatch would be wrong.
-# The GRPO loss (`mcore_grpo.grpo.loss.loss_sum_fn`) is one.
+# The GRPO loss (`mcore_grpo.grpo.algorithm.loss.loss_sum_fn`) is one.
 LossSumFn = Callable[[torch.Tensor, Batch], torch.Tensor]
 
 

@@ -83,7 +83,7 @@ class MegatronPolicyWorker:
         generation_engine: SuspendableEngine | None = None,
     ) -> None:
         """`loss_sum_fn`: the training loss (contract: `mcore_grpo.worker.batch.LossSumFn`);
-        it comes from above (the GRPO loss: `mcore_grpo.grpo.loss.worker_default_loss`); None =
+        it comes from above (the GRPO loss: `mcore_grpo.grpo.algorithm.loss.worker_default_loss`); None =
         no loss yet (set `loss_sum_fn` before training; training without one refuses).
 
         `generation_engine`: an engine that holds device memory between generations (e.g.

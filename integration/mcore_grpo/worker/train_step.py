@@ -30,7 +30,7 @@ def no_loss(_logprobs: torch.Tensor, _batch: Batch) -> torch.Tensor:
     """The loss of a worker built without one: training refuses, naming what to pass."""
     raise RuntimeError(
         "MegatronPolicyWorker has no loss: pass loss_sum_fn= when building it (the GRPO "
-        "clipped policy gradient: mcore_grpo.grpo.loss.worker_default_loss(config.loss)) or "
+        "clipped policy gradient: mcore_grpo.grpo.algorithm.loss.worker_default_loss(config.loss)) or "
         "set worker.loss_sum_fn before training"
     )
 

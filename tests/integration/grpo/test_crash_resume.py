@@ -115,6 +115,6 @@ def test_interrupt_ends_a_ray_run_within_seconds_on_a_loaded_machine(
     assert proc.returncode == 130, stderr_path.read_text()[-2000:]
     assert latency < 15, f"the run took {latency:.1f} s to end after SIGINT"
     assert "--resume" in stderr_path.read_text()
-    from mcore_grpo.grpo.checkpoint import find_latest
+    from mcore_grpo.grpo.driver.checkpoint import find_latest
 
     assert find_latest(tmp_path / "run").step >= 2

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 from mcore_grpo.cli import main
-from mcore_grpo.grpo.config_loader import load_config, preset_names
-from mcore_grpo.grpo.messages import TaskTokens
-from mcore_grpo.grpo.schema import check_data_parallel
-from mcore_grpo.grpo.task import build_task
-from mcore_grpo.grpo.worker_settings import worker_config
+from mcore_grpo.grpo.config.config_loader import load_config, preset_names
+from mcore_grpo.grpo.config.schema import check_data_parallel
+from mcore_grpo.grpo.ranks.messages import TaskTokens
+from mcore_grpo.grpo.ranks.worker_settings import worker_config
+from mcore_grpo.grpo.tasks.task import build_task
 
 
 def _worker():

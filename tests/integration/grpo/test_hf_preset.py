@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from mcore_grpo.grpo.task import build_task
+from mcore_grpo.grpo.tasks.task import build_task
 
 from tests.support.cli_run import mean, needs_nemo_rl, run_cli
 

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcore_grpo.grpo.cluster_attach import TOKEN_HINT
-from mcore_grpo.grpo.local_ray import NICENESS_ENV
+from mcore_grpo.grpo.cluster.cluster_attach import TOKEN_HINT
+from mcore_grpo.grpo.cluster.local_ray import NICENESS_ENV
 from mcore_grpo.nemo_rl_driver.run_metrics import read_scalars
 
 from tests.integration.grpo.conftest import SHORT

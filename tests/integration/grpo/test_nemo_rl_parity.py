@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 import torch
-from mcore_grpo.grpo.advantages import baseline_and_std, group_advantages
-from mcore_grpo.grpo.loss import (
+from mcore_grpo.grpo.algorithm.advantages import baseline_and_std, group_advantages
+from mcore_grpo.grpo.algorithm.loss import (
     ClippedPGLossConfig,
     calculate_kl,
     clipped_pg_loss,

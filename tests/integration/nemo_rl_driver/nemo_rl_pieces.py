@@ -74,7 +74,7 @@ def loss_adapter_vs_direct() -> dict[str, Any]:
 def dataloader_and_environment() -> dict[str, Any]:
     """The first batch of NeMo-RL's dataloader holds our loop's step-1 prompts; the
     environment scores hand-written responses."""
-    from mcore_grpo.grpo.task import build_task
+    from mcore_grpo.grpo.tasks.task import build_task
     from mcore_grpo.nemo_rl_driver.data import build_dataloader
     from mcore_grpo.nemo_rl_driver.environment import TaskEnvironment
     from mcore_grpo.nemo_rl_driver.tokenizer import task_tokenizer
@@ -108,7 +108,7 @@ def dataloader_and_environment() -> dict[str, Any]:
 
 def config_and_interfaces() -> dict[str, Any]:
     """The MasterConfig NeMo-RL validates; the adapter classes are concrete."""
-    from mcore_grpo.grpo.config_loader import load_config
+    from mcore_grpo.grpo.config.config_loader import load_config
     from mcore_grpo.nemo_rl_driver.config import master_config
     from mcore_grpo.nemo_rl_driver.generation import NemoRLGeneration
     from mcore_grpo.nemo_rl_driver.policy import UNSUPPORTED, NemoRLPolicy

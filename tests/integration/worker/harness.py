@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from mcore_grpo.grpo import loss as grpo_loss
+from mcore_grpo.grpo.algorithm import loss as grpo_loss
 from mcore_grpo.worker.config import (
     DDPConfig,
     LossConfig,

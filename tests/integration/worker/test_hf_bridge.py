@@ -157,7 +157,7 @@ def test_a_directory_that_is_not_an_hf_checkpoint_is_refused_naming_the_fix(tmp_
 def test_export_of_a_changed_model_loads_in_transformers_with_its_logits_and_tokenizer(
     tmp_path: Path, arch: str, tp: int, ep: int
 ) -> None:
-    from mcore_grpo.grpo.hf_model import task_hf_tokenizer
+    from mcore_grpo.grpo.policy_model.hf_model import task_hf_tokenizer
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     source = write_tiny_checkpoint(tmp_path / "in", arch, tokenizer=task_hf_tokenizer())  # type: ignore[arg-type]
@@ -224,7 +224,7 @@ def test_on_cuda_logits_equal_transformers_and_the_changed_model_exports(
     a changed model exported from GPU memory loads in transformers with its logits. The source
     has a tokenizer, as a real checkpoint does: Bridge's export copies it, and without one
     `transformers` 5.17 (the H200's) raises where 5.8 did not."""
-    from mcore_grpo.grpo.hf_model import task_hf_tokenizer
+    from mcore_grpo.grpo.policy_model.hf_model import task_hf_tokenizer
 
     checkpoint = write_tiny_checkpoint(tmp_path / arch, arch, tokenizer=task_hf_tokenizer())  # type: ignore[arg-type]
     expected = _transformers_logits(checkpoint, "cuda")

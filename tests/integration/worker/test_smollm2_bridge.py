@@ -21,7 +21,7 @@ from tests.support.ports import free_port
 
 @pytest.fixture(scope="module")
 def smollm2() -> str:
-    from mcore_grpo.grpo.pretrained import SMOLLM2, resolve_pretrained
+    from mcore_grpo.grpo.policy_model.pretrained import SMOLLM2, resolve_pretrained
 
     return resolve_pretrained(SMOLLM2)
 

@@ -17,7 +17,7 @@ import torch
 
 
 def _checkpoint(path: Path) -> int:
-    from mcore_grpo.grpo.hf_model import task_hf_tokenizer
+    from mcore_grpo.grpo.policy_model.hf_model import task_hf_tokenizer
     from transformers import Ernie4_5_MoeConfig, Ernie4_5_MoeForCausalLM
 
     torch.manual_seed(0)

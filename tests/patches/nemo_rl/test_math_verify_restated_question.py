@@ -2,7 +2,7 @@
 
 NeMo-RL's default math verifier, `hf_math_verify` (`HFVerifyWorker.verify` in
 nemo_rl/environments/math_environment.py, the class under its Ray actor, run in this process
-as `mcore_grpo.grpo.nemo_rl_math.MathVerifier` runs it), grades the prediction math-verify
+as `mcore_grpo.grpo.tasks.nemo_rl_math.MathVerifier` runs it), grades the prediction math-verify
 extracts from the response. math-verify evaluates an arithmetic expression it extracts, so a
 response that only restates the question "What is 31 + 21?" matches the ground truth 52.
 GRPO found and amplified that within 8 steps (docs/real-model.md, run 2); `GRPO_RESTATEMENT`

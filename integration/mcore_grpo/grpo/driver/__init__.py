@@ -1,0 +1,2 @@
+"""The GRPO driver: the step loop, what a run leaves behind (metrics, checkpoints), and the
+dry run of a parallel layout."""

@@ -1,0 +1,172 @@
+"""The CPU preset shortened, end to end in this process: metrics, plot, checkpoint, resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcore_grpo.grpo.config.config_loader import load_config
+from mcore_grpo.grpo.driver.checkpoint import CheckpointError, find_latest
+from mcore_grpo.grpo.driver.loop import GRPOLoop, ReplicaLayout
+from mcore_grpo.grpo.driver.metrics import REQUIRED_KEYS
+from mcore_grpo.grpo.ranks.messages import TaskTokens
+from mcore_grpo.grpo.ranks.runner import LocalRunner, WorkerFailed
+from mcore_grpo.grpo.tasks.task import build_task
+from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
+
+CPU_PRESET = "runs the cpu-tiny preset (policy.device=cpu), which CUDA machines refuse"
+
+
+def _run(
+    out: Path, overrides: list[str], *, resume: bool = False, fail_at_step: int | None = None
+) -> Any:
+    config = load_config(overrides=overrides)
+    task = build_task(config.task.name, config.task.max_addend)
+    tokens = TaskTokens(task.vocab_size, task.pad_id, task.eos_id)
+    runner = LocalRunner(config, tokens, fail_at_step=fail_at_step)
+    try:
+        return GRPOLoop(config, task, runner, out).run(resume=resume, progress=False)
+    finally:
+        runner.shutdown()
+
+
+class _NoRunner:
+    """Stands in for the workers where the code under test must fail before calling them."""
+
+    world_size = 1
+
+    def __init__(self) -> None:
+        self.places: list[Any] = []
+
+    def call(self, method: str, per_rank_args: Any) -> list[Any]:
+        raise AssertionError(f"{method} reached the workers")
+
+    def shutdown(self) -> None:
+        """Nothing to stop."""
+
+
+@pytest.mark.cpu_only(reason=CPU_PRESET)
+def test_cpu_preset_short_end_to_end_and_resume(tmp_path: Path, short: list[str]) -> None:
+    out = tmp_path / "run"
+    result = _run(out, short)
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2, 3]
+    for record in records:
+        assert set(REQUIRED_KEYS) <= set(record)
+        assert 0.0 <= record["reward_mean"] <= 1.0
+    assert records[0]["kl"] == 0.0  # the policy is the reference before the first update
+    assert records[-1]["kl"] > 0.0  # ... and has moved away from it after two steps
+    # NeMo-RL's aggregation: summed over the step's optimizer steps (16 samples / 8 = 2),
+    # each 1.0 when the training logprobs equal the sampler's.
+    assert records[0]["optimizer_steps"] == 2
+    assert records[0]["token_mult_prob_error"] == pytest.approx(2.0, abs=2e-4)
+    # NeMo-RL's kl_penalty: the loss's unscaled KL with the CURRENT policy, summed over the
+    # optimizer steps (so > 0 once the policy has moved).
+    assert records[0]["kl_penalty"] >= 0.0
+    assert records[-1]["kl_penalty"] > 0.0
+    assert result.plot_path is not None and result.plot_path.stat().st_size > 10_000
+    point = find_latest(out)
+    assert point.step == 3 and point.path.name == "step_000003"
+    assert not list((out / "checkpoints").glob("*.tmp-*"))
+
+    # Resume: steps 4..5 continue from the checkpoint; steps 1..3 are kept.
+    _run(out, [*short, "grpo.max_num_steps=5"], resume=True)
+    resumed = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in resumed] == [1, 2, 3, 4, 5]
+    assert resumed[:3] == records
+    assert resumed[3]["kl"] > 0.0  # the reference came back from the checkpoint, not re-init
+    assert find_latest(out).step == 5
+
+
+@pytest.mark.cpu_only(reason=CPU_PRESET)
+def test_resume_from_different_model_config_is_refused(tmp_path: Path, short: list[str]) -> None:
+    out = tmp_path / "run"
+    _run(out, [*short, "grpo.max_num_steps=1"])
+    config = load_config(overrides=[*short, "policy.tiny_model.hidden_size=32"])
+    task = build_task(config.task.name)
+    loop = GRPOLoop(config, task, _NoRunner(), out)
+    with pytest.raises(CheckpointError, match=r"policy.tiny_model: checkpoint .*'hidden_size': 64"):
+        loop.resume()
+
+
+@pytest.mark.cpu_only(reason=CPU_PRESET)
+def test_resume_without_checkpoint_is_refused(tmp_path: Path, short: list[str]) -> None:
+    config = load_config(overrides=short)
+    loop = GRPOLoop(config, build_task("digit-add"), _NoRunner(), tmp_path)
+    with pytest.raises(CheckpointError, match="no finished checkpoint"):
+        loop.resume()
+
+
+@pytest.mark.cpu_only(reason=CPU_PRESET)
+def test_worker_error_ends_run_without_checkpoint(tmp_path: Path, short: list[str]) -> None:
+    out = tmp_path / "run"
+    with pytest.raises(WorkerFailed, match="injected failure in generate at step 2 on rank 0"):
+        _run(out, short, fail_at_step=2)
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [1]
+    assert not (out / "checkpoints").exists()
+
+
+def test_replica_layout_groups_ranks_contiguously() -> None:
+    """TP=2 over 4 ranks: ranks 0,1 are replica 0 and 2,3 replica 1; rank 0 and 2 speak for them."""
+    layout = ReplicaLayout(dp=2, world=4)
+    assert [layout.replica_of(r) for r in range(4)] == [0, 0, 1, 1]
+    assert [layout.first_rank(d) for d in range(2)] == [0, 2]
+    assert layout.per_rank(["a", "b"]) == ["a", "a", "b", "b"]
+    assert layout.per_replica(["r0", "r1", "r2", "r3"]) == ["r0", "r2"]
+    assert ReplicaLayout(dp=2, world=2).per_rank(["a", "b"]) == ["a", "b"]
+
+
+@pytest.mark.cpu_only(reason=CPU_PRESET)
+def test_without_a_kl_term_the_reference_forward_is_skipped(
+    tmp_path: Path, short: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As NeMo-RL's grpo auto-enables skip_reference_policy_logprobs_calculation at
+    reference_policy_kl_penalty 0: no reference forward, KL reported 0, the same loss as a run
+    whose KL term is still 0 (step 1: the policy is the reference)."""
+    one_step = [*short, "grpo.max_num_steps=1"]
+    _run(tmp_path / "with_kl", one_step)
+
+    def refuse(*_args: Any) -> None:
+        raise AssertionError("the reference forward ran with reference_policy_kl_penalty=0")
+
+    monkeypatch.setattr(MegatronPolicyWorker, "get_reference_policy_logprobs", refuse)
+    _run(tmp_path / "no_kl", [*one_step, "loss_fn.reference_policy_kl_penalty=0"])
+    with_kl, no_kl = (
+        json.loads((tmp_path / name / "metrics.jsonl").read_text()) for name in ("with_kl", "no_kl")
+    )
+    assert no_kl["kl"] == 0.0 and no_kl["kl_penalty"] == 0.0
+    assert no_kl["reward_mean"] == with_kl["reward_mean"]
+    assert no_kl["loss"] == pytest.approx(with_kl["loss"], abs=1e-6)
+
+
+@pytest.mark.cpu_only(reason=CPU_PRESET)
+def test_checkpoint_must_save_by_ends_the_run_early_as_a_last_step(
+    tmp_path: Path, short: list[str]
+) -> None:
+    # A limit already passed: the run ends after its first step, as after grpo.max_num_steps
+    # (held-out evaluation, checkpoint); --resume goes on to the configured last step.
+    out = tmp_path / "run"
+    limited = [*short, "grpo.max_num_steps=4", "checkpointing.checkpoint_must_save_by=00:00:00:00"]
+    _run(out, limited)
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1]
+    assert find_latest(out).step == 1
+    _run(out, [*short, "grpo.max_num_steps=4"], resume=True)
+    assert find_latest(out).step == 4
+
+
+def test_checkpoint_must_save_by_reads_as_nemo_rl_reads_it() -> None:
+    from mcore_grpo.grpo.config.deadline import must_save_by_seconds
+    from mcore_grpo.nemo_rl_driver.source import require_nemo_rl
+
+    require_nemo_rl()
+    from nemo_rl.utils.timer import convert_to_seconds
+
+    for text in ("00:03:45:00", "01:00:00:07", "00:00:08:00"):
+        assert must_save_by_seconds(text) == convert_to_seconds(text)
+    assert must_save_by_seconds(None) is None
+    with pytest.raises(ValueError, match=r"checkpoint_must_save_by='3h'.*DD:HH:MM:SS"):
+        must_save_by_seconds("3h")
