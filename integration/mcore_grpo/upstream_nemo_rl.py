@@ -17,7 +17,7 @@ do not hold here, and each is changed at `ray.init`, nothing in NeMo-RL's tree:
   with missing packages`. It starts without it (nothing in the unit tests reads it).
 - Ray gives the raylet a fixed 30 s to register; on a loaded 2-core machine it can take longer
   ("The current node timed out during startup") and a fresh start then succeeds: retried, as
-  `mcore_grpo.grpo.local_ray.start_local_ray` does for our runs.
+  `mcore_grpo.grpo.cluster.local_ray.start_local_ray` does for our runs.
 
 Also: nemo_automodel 0.4.0's `lora_kernel` module raises at import under Triton 3.9 (this
 environment; NeMo-RL's CI has 3.8), which fails every NeMo-RL module that imports automodel. It

@@ -90,6 +90,17 @@ def baseline_index(suite: UpstreamSuite, series: list[tuple[SeriesEntry, Patch]]
     return names.index(suite.baseline) + 1
 
 
+def check_deferred(suite: UpstreamSuite, repo: Path) -> None:
+    """Refuse a deferred gate directory the upstream's tree does not have (a typo defers
+    nothing and would go unnoticed)."""
+    missing = [d for d in suite.deferred if not (repo / d).is_dir()]
+    if missing:
+        raise PatchToolError(
+            f"patches/upstream-tests.toml [{suite.upstream}.deferred]: {missing[0]!r} is not a "
+            f"directory of {suite.upstream}'s tree; name a test directory below {suite.tests_root}"
+        )
+
+
 def plan_suite(
     suite: UpstreamSuite,
     series: list[tuple[SeriesEntry, Patch]],
@@ -100,12 +111,7 @@ def plan_suite(
 ) -> SuitePlan:
     """The states that prove each patch's upstream test and run the gate (nothing runs yet);
     the suite's deferred gate directories only with `full_gate`."""
-    missing = [d for d in suite.deferred if not (repo / d).is_dir()]
-    if missing:
-        raise PatchToolError(
-            f"patches/upstream-tests.toml [{suite.upstream}.deferred]: {missing[0]!r} is not a "
-            f"directory of {suite.upstream}'s tree; name a test directory below {suite.tests_root}"
-        )
+    check_deferred(suite, repo)
     patches = [patch for _, patch in series]
     proofs = [
         UpstreamProof(
