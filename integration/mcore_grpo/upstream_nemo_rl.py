@@ -19,6 +19,14 @@ do not hold here, and each is changed at `ray.init`, nothing in NeMo-RL's tree:
   ("The current node timed out during startup") and a fresh start then succeeds: retried, as
   `mcore_grpo.grpo.cluster.local_ray.start_local_ray` does for our runs.
 
+NeMo-RL starts each Ray actor under `uv run --extra <extra> --directory <git root>`
+(`PY_EXECUTABLES`, mapped per actor class in `ray_actor_environment_registry`); here NeMo-RL is
+installed into this project's environment, which has no such extras, so every actor process dies
+at start ("Extra `automodel` is not defined") and each actor test waits for a worker that never
+registers. `NEMO_RL_PY_EXECUTABLES_SYSTEM=1` (set when this plugin is imported, before NeMo-RL's
+conftest loads) switches only the vLLM/SGLang/Megatron/TRT-LLM actors to the running
+interpreter; the plugin points every `PY_EXECUTABLES` entry and every registered actor at it.
+
 Also: nemo_automodel 0.4.0's `lora_kernel` module raises at import under Triton 3.9 (this
 environment; NeMo-RL's CI has 3.8), which fails every NeMo-RL module that imports automodel. It
 is imported first on its own no-Triton path, as our NeMo-RL driver does
@@ -37,6 +45,11 @@ from mcore_grpo.nemo_rl_driver.automodel_compat import prepare_automodel
 
 START_ATTEMPTS = 3
 _MARK = "_mcore_grpo_private_cluster"
+SYSTEM_EXECUTABLES = "NEMO_RL_PY_EXECUTABLES_SYSTEM"
+
+# Read by nemo_rl.distributed.ray_actor_environment_registry at import: set before any NeMo-RL
+# module loads (pytest imports `-p` plugins before the conftests).
+os.environ.setdefault(SYSTEM_EXECUTABLES, "1")
 
 
 def private_ray_init(real_init: Any) -> Any:
@@ -75,9 +88,25 @@ def private_ray_init(real_init: Any) -> Any:
     return init
 
 
+def actors_on_this_interpreter() -> None:
+    """Every NeMo-RL actor environment -> the running interpreter (NeMo-RL absent: nothing)."""
+    try:
+        from nemo_rl.distributed import ray_actor_environment_registry as registry
+        from nemo_rl.distributed.virtual_cluster import PY_EXECUTABLES
+    except ImportError:
+        return
+    system = PY_EXECUTABLES.SYSTEM
+    for name, value in list(vars(PY_EXECUTABLES).items()):
+        if isinstance(value, str) and value.startswith("uv run"):
+            setattr(PY_EXECUTABLES, name, system)
+    for actor in registry.ACTOR_ENVIRONMENT_REGISTRY:
+        registry.ACTOR_ENVIRONMENT_REGISTRY[actor] = system
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     prepare_automodel()
+    actors_on_this_interpreter()
     import ray
 
     if not getattr(ray.init, _MARK, False):
