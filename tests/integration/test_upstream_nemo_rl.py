@@ -4,9 +4,12 @@ cluster, no dashboard, a slow raylet retried), checked against a recording stand
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
+from mcore_grpo.nemo_rl_driver import source
 from mcore_grpo.upstream_nemo_rl import START_ATTEMPTS, private_ray_init
 
 
@@ -52,3 +55,33 @@ def test_a_slow_raylet_is_retried_and_other_errors_are_not() -> None:
     with pytest.raises(Exception, match="dashboard"):
         private_ray_init(other)()
     assert len(other.calls) == 1
+
+
+ACTORS_SCRIPT = """
+from nemo_rl.distributed import ray_actor_environment_registry as registry
+from nemo_rl.distributed.virtual_cluster import PY_EXECUTABLES
+
+from mcore_grpo.upstream_nemo_rl import actors_on_this_interpreter
+
+v2 = "nemo_rl.models.policy.workers.dtensor_policy_worker_v2.DTensorPolicyWorkerV2"
+assert registry.ACTOR_ENVIRONMENT_REGISTRY[v2].startswith("uv run"), registry.ACTOR_ENVIRONMENT_REGISTRY[v2]
+actors_on_this_interpreter()
+assert set(registry.ACTOR_ENVIRONMENT_REGISTRY.values()) == {PY_EXECUTABLES.SYSTEM}
+assert PY_EXECUTABLES.AUTOMODEL == PY_EXECUTABLES.FSDP == PY_EXECUTABLES.SYSTEM
+print("ACTORS OK")
+"""
+
+
+@pytest.mark.nemo_rl
+@pytest.mark.skipif(
+    not source.is_available(), reason=f"NeMo-RL is not installed (no {source.CHECKOUT})"
+)
+def test_every_nemo_rl_actor_runs_on_this_interpreter() -> None:
+    """NeMo-RL maps actor classes to `uv run --extra ...` of its own project, which this
+    environment cannot start; the plugin points them all at the running interpreter (in a
+    subprocess: it changes NeMo-RL's module state)."""
+    run = subprocess.run(
+        [sys.executable, "-c", ACTORS_SCRIPT], capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "ACTORS OK" in run.stdout
