@@ -8,14 +8,14 @@ PyTorch-only GPU install) every export fails with `ModuleNotFoundError: No modul
 quantized when ModelOpt is absent (it cannot carry ModelOpt's quantizers then), and the
 checkpoint is written; with ModelOpt installed nothing changes.
 
-In a subprocess (Bridge imported from nothing, from the tree under test): a tiny random Qwen3
+In a subprocess with `modelopt` unimportable (it is installed in this environment for NeMo-RL's
+own tests; a meta-path finder hides it), Bridge imported from the tree under test: a tiny random Qwen3
 checkpoint in, built through this project's worker (`model.hf_checkpoint`), its weights
 changed, saved back out, and loaded by `transformers`, whose logits must equal Megatron's.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -32,14 +32,23 @@ pytestmark = [
         not (BRIDGE / "src/megatron/bridge/__init__.py").is_file(),
         reason=f"{BRIDGE} holds no megatron.bridge: run tools/apply_patches.sh",
     ),
-    pytest.mark.skipif(
-        importlib.util.find_spec("modelopt") is not None,
-        reason="nvidia-modelopt is installed here: the import cannot fail for lack of it",
-    ),
 ]
 
 SCRIPT = """
+import importlib.abc
 import sys
+
+
+class NoModelOpt(importlib.abc.MetaPathFinder):
+    # nvidia-modelopt is installed here (NeMo-RL's own tests import it): hidden, so the run is
+    # a machine without it.
+    def find_spec(self, name, path=None, target=None):
+        if name == "modelopt" or name.startswith("modelopt."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, NoModelOpt())
 from pathlib import Path
 import torch
 import torch.distributed as dist
