@@ -15,30 +15,18 @@ default and EXAONE-4.0-32B's) and the hybrid attention of the config (`layer_typ
 from __future__ import annotations
 
 import importlib.util
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 import torch
 
-from tests.support.ports import free_port
+from tests.support.model_checks import LOGITS_DIFFERENCE, child_figure
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("transformer_engine") is not None,
     reason="Transformer Engine is installed here: the TE spec builds",
 )
-
-SCRIPT = """
-import os, sys
-from pathlib import Path
-import torch.distributed as dist
-os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
-dist.init_process_group("gloo", rank=0, world_size=1)
-from mcore_grpo.models import checks, families
-print("DIFF", checks.logits_difference(Path(sys.argv[2]), 1, 1, families.TINY_SIZES["vocab_size"]))
-"""
 
 
 def test_exaone4_layer_builds_without_transformer_engine(mcore_device: str) -> None:
@@ -89,12 +77,5 @@ def test_exaone4_default_config_checkpoint_matches_transformers(tmp_path: Path) 
     assert not config.tie_word_embeddings
     assert config.layer_types == ["sliding_attention", "full_attention"]
     assert config.sliding_window < 12
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(free_port()), str(checkpoint)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    diff = float(proc.stdout.split("DIFF")[-1])
+    diff = child_figure(LOGITS_DIFFERENCE, str(checkpoint))
     assert diff <= 1e-4, diff

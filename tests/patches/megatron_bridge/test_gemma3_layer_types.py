@@ -11,23 +11,11 @@ transformers' as soon as the sequence is longer than the window. Export never wr
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support.ports import free_port
-
-SCRIPT = """
-import os, sys
-from pathlib import Path
-import torch.distributed as dist
-os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
-dist.init_process_group("gloo", rank=0, world_size=1)
-from mcore_grpo.models import checks, families
-print("DIFF", checks.logits_difference(Path(sys.argv[2]), 1, 1, families.TINY_SIZES["vocab_size"]))
-"""
+from tests.support.model_checks import LOGITS_DIFFERENCE, child_figure
 
 
 @pytest.mark.timeout(600)
@@ -41,12 +29,5 @@ def test_gemma3_checkpoint_with_a_full_second_layer_matches_transformers(tmp_pat
     # shorter than the 12 compared tokens, so the two differ.
     assert config.layer_types == ["sliding_attention", "full_attention"]
     assert config.sliding_window < 12
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(free_port()), str(checkpoint)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    diff = float(proc.stdout.split("DIFF")[-1])
+    diff = child_figure(LOGITS_DIFFERENCE, str(checkpoint))
     assert diff <= 1e-4, f"max |megatron - transformers| logits = {diff}"

@@ -12,13 +12,11 @@ the unpadded row's logits.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support.ports import free_port
+from tests.support.model_checks import child_figure
 
 SCRIPT = """
 import os, sys
@@ -49,12 +47,5 @@ def test_left_padded_row_matches_the_unpadded_row_in_a_sliding_window_model(
     checkpoint = tmp_path / "gemma3"
     families.write_checkpoint(checkpoint, "Gemma3ForCausalLM")
     assert families.tiny_config("Gemma3ForCausalLM").sliding_window == 8  # < 12 + 2 tokens
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(free_port()), str(checkpoint)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    diff = float(proc.stdout.split("DIFF")[-1])
+    diff = child_figure(SCRIPT, str(checkpoint))
     assert diff <= 1e-4, f"max |padded - unpadded| logits on the real tokens = {diff}"

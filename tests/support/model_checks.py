@@ -1,0 +1,29 @@
+"""A model check of the matrix (`mcore_grpo.models.checks`) in a child process, for tripwires.
+
+Why a child: each check initialises torch.distributed and megatron-core's parallel state,
+which the test process must not keep; `python_c` forks it cheaply under verify.
+"""
+
+from __future__ import annotations
+
+from tests.support.ports import free_port
+from tests.support.python_process import python_c
+
+# max |megatron - transformers| logits of a checkpoint (argv: port, checkpoint) at TP=1.
+LOGITS_DIFFERENCE = """
+import os, sys
+from pathlib import Path
+import torch.distributed as dist
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
+dist.init_process_group("gloo", rank=0, world_size=1)
+from mcore_grpo.models import checks, families
+print("DIFF", checks.logits_difference(Path(sys.argv[2]), 1, 1, families.TINY_SIZES["vocab_size"]))
+"""
+
+
+def child_figure(script: str, *args: str, timeout: float = 600) -> float:
+    """Run `script` with a free port and `args` as its argv; the number after its last "DIFF"."""
+    proc = python_c(script, str(free_port()), *args)
+    stdout, stderr = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, stderr[-4000:]
+    return float(stdout.split("DIFF")[-1])
