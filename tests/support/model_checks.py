@@ -21,9 +21,16 @@ print("DIFF", checks.logits_difference(Path(sys.argv[2]), 1, 1, families.TINY_SI
 """
 
 
+# Set by a Bridge provider's finalize() in the process that built one; a child that inherits
+# them refuses the attention backend it picks itself.
+NVTE_BACKEND_VARS = ("NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN", "NVTE_UNFUSED_ATTN")
+
+
 def child_figure(script: str, *args: str, timeout: float = 600) -> float:
-    """Run `script` with a free port and `args` as its argv; the number after its last "DIFF"."""
-    proc = python_c(script, str(free_port()), *args)
+    """Run `script` with a free port and `args` as its argv; the number after its last "DIFF".
+    The child starts without this process's NVTE attention-backend variables."""
+    prelude = f"import os\nfor _name in {NVTE_BACKEND_VARS!r}:\n    os.environ.pop(_name, None)\n"
+    proc = python_c(prelude + script, str(free_port()), *args)
     stdout, stderr = proc.communicate(timeout=timeout)
     assert proc.returncode == 0, stderr[-4000:]
     return float(stdout.split("DIFF")[-1])

@@ -14,6 +14,8 @@ parameter names as the TE module) and, for Gemma 3, `Gemma3DotProductAttention` 
 from __future__ import annotations
 
 import importlib.util
+import os
+from collections.abc import Iterator
 from typing import Any, cast
 
 import pytest
@@ -39,11 +41,19 @@ TINY = dict(
 )
 
 
+NVTE_BACKEND_VARS = ("NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN", "NVTE_UNFUSED_ATTN")
+
+
 @pytest.fixture(autouse=True)
-def _attention_backend_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    # finalize() sets these for the provider's attention_backend and refuses ones left over.
-    for name in ("NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN", "NVTE_UNFUSED_ATTN"):
-        monkeypatch.delenv(name, raising=False)
+def _attention_backend_env() -> Iterator[None]:
+    # finalize() sets these for the provider's attention_backend and refuses ones left over:
+    # none before the test, and none left after it (a child process a later test starts would
+    # inherit them and refuse its own backend).
+    saved = {name: os.environ.pop(name) for name in NVTE_BACKEND_VARS if name in os.environ}
+    yield
+    for name in NVTE_BACKEND_VARS:
+        os.environ.pop(name, None)
+    os.environ.update(saved)
 
 
 def build_and_run(provider: Any) -> Any:
