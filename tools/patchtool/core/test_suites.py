@@ -123,41 +123,36 @@ def _suite(name: str, table: dict[str, object]) -> UpstreamSuite:
             f"{where}: baseline {baseline!r} needs `baseline_reason` (why the pin itself "
             "cannot run its tests)"
         )
-    pending = table.get("pending", {})
-    if not isinstance(pending, dict) or not all(
-        isinstance(v, str) and v.strip() for v in pending.values()
-    ):
-        raise PatchToolError(
-            f"{where}: `pending` must map each patch file name to why it has no upstream test yet"
-        )
-    known = table.get("known_broken", {})
-    if not isinstance(known, dict) or not all(
-        isinstance(v, str) and v.strip() for v in known.values()
-    ):
-        raise PatchToolError(
-            f"{where}: `known_broken` must map each upstream test node id to why it is broken"
-        )
+    pending = _reasons(
+        table, "pending", where, "each patch file name to why it has no upstream test yet"
+    )
+    known = _reasons(table, "known_broken", where, "each upstream test node id to why it is broken")
     args = table.get("args", [])
     if not isinstance(args, list) or not all(isinstance(a, str) and a for a in args):
         raise PatchToolError(
             f'{where}: `args` must be a list of pytest arguments (e.g. ["-m", "not slow"])'
         )
-    deferred = table.get("deferred", {})
-    if not isinstance(deferred, dict) or not all(
-        isinstance(v, str) and v.strip() for v in deferred.values()
-    ):
-        raise PatchToolError(
-            f"{where}: `deferred` must map each test directory to why the gate defers it"
-        )
+    deferred = _reasons(table, "deferred", where, "each test directory to why the gate defers it")
     return UpstreamSuite(
         upstream=name,
         args=tuple(args),
-        deferred={str(k).strip("/"): str(v) for k, v in deferred.items()},
-        known_broken={str(k): str(v) for k, v in known.items()},
-        pending={str(k): str(v) for k, v in pending.items()},
+        deferred={k.strip("/"): v for k, v in deferred.items()},
+        known_broken=known,
+        pending=pending,
         tests_root=str(table["tests_root"]).strip("/"),
         package=str(table["package"]).strip("/"),
         baseline=baseline,
         baseline_reason=reason,
         timeout=timeout,
     )
+
+
+def _reasons(table: dict[str, object], key: str, where: str, what: str) -> dict[str, str]:
+    """A `name -> why` table of the suite (`pending`, `known_broken`, `deferred`): every
+    reason a non-empty string, or the one line that says what it must map."""
+    value = table.get(key, {})
+    if not isinstance(value, dict) or not all(
+        isinstance(v, str) and v.strip() for v in value.values()
+    ):
+        raise PatchToolError(f"{where}: `{key}` must map {what}")
+    return {str(k): str(v) for k, v in value.items()}
