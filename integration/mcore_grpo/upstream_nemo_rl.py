@@ -23,9 +23,9 @@ NeMo-RL starts each Ray actor under `uv run --extra <extra> --directory <git roo
 (`PY_EXECUTABLES`, mapped per actor class in `ray_actor_environment_registry`); here NeMo-RL is
 installed into this project's environment, which has no such extras, so every actor process dies
 at start ("Extra `automodel` is not defined") and each actor test waits for a worker that never
-registers. `NEMO_RL_PY_EXECUTABLES_SYSTEM=1` (set when this plugin is imported, before NeMo-RL's
-conftest loads) switches only the vLLM/SGLang/Megatron/TRT-LLM actors to the running
-interpreter; the plugin points every `PY_EXECUTABLES` entry and every registered actor at it.
+registers. NeMo-RL's own switch, `NEMO_RL_PY_EXECUTABLES_SYSTEM=1`, moves only the
+vLLM/SGLang/Megatron/TRT-LLM actors; the plugin points every `PY_EXECUTABLES` entry and every
+registered actor at the running interpreter.
 
 Also: nemo_automodel 0.4.0's `lora_kernel` module raises at import under Triton 3.9 (this
 environment; NeMo-RL's CI has 3.8), which fails every NeMo-RL module that imports automodel. It
@@ -45,11 +45,6 @@ from mcore_grpo.nemo_rl_driver.automodel_compat import prepare_automodel
 
 START_ATTEMPTS = 3
 _MARK = "_mcore_grpo_private_cluster"
-SYSTEM_EXECUTABLES = "NEMO_RL_PY_EXECUTABLES_SYSTEM"
-
-# Read by nemo_rl.distributed.ray_actor_environment_registry at import: set before any NeMo-RL
-# module loads (pytest imports `-p` plugins before the conftests).
-os.environ.setdefault(SYSTEM_EXECUTABLES, "1")
 
 
 def private_ray_init(real_init: Any) -> Any:

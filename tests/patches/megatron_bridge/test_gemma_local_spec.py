@@ -21,6 +21,8 @@ from typing import Any, cast
 import pytest
 import torch
 
+from tests.support.model_checks import NVTE_BACKEND_VARS
+
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("transformer_engine") is not None,
     reason="Transformer Engine is installed here: the TE spec builds",
@@ -39,9 +41,6 @@ TINY = dict(
     autocast_dtype=torch.float32,
     use_cpu_initialization=True,
 )
-
-
-NVTE_BACKEND_VARS = ("NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN", "NVTE_UNFUSED_ATTN")
 
 
 @pytest.fixture(autouse=True)

@@ -55,7 +55,7 @@ class UpstreamSuite:
     def is_test_file(self, path: str) -> bool:
         return PurePosixPath(path).parts[:1] == (self.test_top,)
 
-    def gate_dirs(self, patch: Patch, tree: Path, full: bool = False) -> list[str]:
+    def gate_dirs(self, patch: Patch, tree: Path) -> list[str]:
         """The upstream test directories of the source files `patch` changes.
 
         A source file `<package>/a/b/c.py` maps to `<tests_root>/a/b/`; where that directory
@@ -77,13 +77,9 @@ class UpstreamSuite:
             ]
             candidates = candidates or [PurePosixPath(self.tests_root)]
             hit = next((c.as_posix() for c in candidates if (tree / c).is_dir()), None)
-            if hit and (full or hit not in self.deferred):
+            if hit:
                 found.add(hit)
         return sorted(found)
-
-    def deferred_dirs(self, patch: Patch, tree: Path) -> list[str]:
-        """The gate directories of `patch` that only `verify --full-gate` runs."""
-        return [d for d in self.gate_dirs(patch, tree, full=True) if d in self.deferred]
 
 
 def upstream_tests(patch: Patch) -> list[str]:

@@ -101,6 +101,19 @@ def check_deferred(suite: UpstreamSuite, repo: Path) -> None:
         )
 
 
+def _proof(suite: UpstreamSuite, patch: Patch, repo: Path, full_gate: bool) -> UpstreamProof:
+    """The patch's proof, its touched test directories split into gated and deferred."""
+    touched = suite.gate_dirs(patch, repo)
+    deferred = [] if full_gate else [d for d in touched if d in suite.deferred]
+    return UpstreamProof(
+        suite.upstream,
+        patch.path.name,
+        upstream_tests(patch),
+        gate_dirs=[d for d in touched if d not in deferred],
+        deferred_dirs=deferred,
+    )
+
+
 def plan_suite(
     suite: UpstreamSuite,
     series: list[tuple[SeriesEntry, Patch]],
@@ -113,16 +126,7 @@ def plan_suite(
     the suite's deferred gate directories only with `full_gate`."""
     check_deferred(suite, repo)
     patches = [patch for _, patch in series]
-    proofs = [
-        UpstreamProof(
-            suite.upstream,
-            p.path.name,
-            upstream_tests(p),
-            gate_dirs=suite.gate_dirs(p, repo, full=full_gate),
-            deferred_dirs=[] if full_gate else suite.deferred_dirs(p, repo),
-        )
-        for p in patches
-    ]
+    proofs = [_proof(suite, p, repo, full_gate) for p in patches]
     plan = SuitePlan(suite, proofs, series=patches, baseline_index=baseline_index(suite, series))
     nodes = sorted({node for proof in proofs for node in proof.tests})
     dirs = sorted({d for proof in proofs for d in proof.gate_dirs}) if gate else []
