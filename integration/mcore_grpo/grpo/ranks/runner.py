@@ -112,7 +112,7 @@ class RayRunner:
         import ray
 
         self.world_size = world_size
-        self._ray = ray
+        self._ray: Any = ray  # imported here: RAY_ENABLE_UV_RUN_RUNTIME_ENV must be set first
         self._started_ray = False
         self.collective_timeout_s = config.cluster.collective_timeout_s
         self.fault_wait_s = config.cluster.fault_wait_s
@@ -128,6 +128,10 @@ class RayRunner:
         self.actors: list[Any] = []
         self.places: list[WorkerPlace] = []
         self.placement: Placement | None = None
+        # The first failure, once the actors are killed for it. Callers may still have calls
+        # queued (NeMo-RL's rollout submits generation batches from concurrent coroutines):
+        # each is answered with this failure, not dispatched to actors that no longer exist.
+        self.failure: WorkerFailed | None = None
         try:
             self.placement = placement_factory(ray, world_size, config.cluster.num_nodes, gpu)
             groups = self.placement.groups()
@@ -158,7 +162,10 @@ class RayRunner:
             raise
 
     def call(self, method: str, per_rank_args: Sequence[tuple[Any, ...]]) -> list[Any]:
-        """Dispatch to all actors; a failure kills the rest and raises, naming its cause."""
+        """Dispatch to all actors; a failure kills the rest and raises, naming its cause.
+        After a failure every call raises that failure again."""
+        if self.failure is not None:
+            raise WorkerFailed(str(self.failure)) from self.failure
         ray = self._ray
         refs = [
             getattr(actor, method).remote(*args)
@@ -173,7 +180,7 @@ class RayRunner:
         )
         if faults:
             self.kill()
-            raise WorkerFailed(
+            self.failure = WorkerFailed(
                 fault.describe(
                     faults,
                     method,
@@ -181,6 +188,7 @@ class RayRunner:
                     fault_wait_s=self.fault_wait_s,
                 )
             )
+            raise self.failure
         return ray.get(refs)
 
     def kill(self) -> None:

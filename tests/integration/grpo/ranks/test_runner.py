@@ -16,11 +16,10 @@ from mcore_grpo.grpo.ranks.messages import TaskTokens
 from mcore_grpo.grpo.ranks.runner import LocalRunner, RayRunner
 from mcore_grpo.grpo.tasks.task import build_task
 
-pytestmark = pytest.mark.cpu_only(
-    reason="runs the cpu-tiny preset (policy.device=cpu) on Ray CPU workers"
-)
-
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.cpu_only(reason="runs the cpu-tiny preset (policy.device=cpu) on Ray CPU workers"),
+    pytest.mark.slow,
+]
 
 
 def _records(path: Path) -> list[dict]:
