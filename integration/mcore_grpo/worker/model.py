@@ -253,6 +253,10 @@ def without_missing_kernels(provider: Any, *, cpu: bool, te: bool) -> None:
     if cpu or not has_masked_softmax_kernel():
         provider.masked_softmax_fusion = False
     if not te:
+        # megatron-core's own name for the implementation: the specs that choose by it
+        # (hybrid GDN/attention and sparse-attention decoders, MLA's norm resolution) take
+        # the local modules instead of asking for Transformer Engine.
+        provider.transformer_impl = "local"
         provider.apply_rope_fusion = False
         provider.moe_permute_fusion = False
         provider.moe_router_fusion = False

@@ -3,8 +3,10 @@
 The full matrix (every row of docs/models.json, ~6 min on 2 cores) is too slow for each CI
 run; the sample below is measured here from scratch, through the same code that wrote the
 page: dense GQA (Llama), zero-centered norms and tied embeddings (Gemma: the Megatron-LM
-torch-norm patch), and MLA with MoE, shared experts and a dense first layer at EP=2 (DeepSeek-V3:
-the Megatron-LM attention patch). Qwen2/Qwen3/Qwen3-MoE have their own tests
+torch-norm patch), MLA with MoE, shared experts and a dense first layer at EP=2 (DeepSeek-V3:
+the Megatron-LM attention patch), and gated delta net layers between attention layers
+(Qwen3.5: the Megatron-LM local experimental-attention spec and FLA-free GDN patches, and the
+worker's transformer_impl='local'). Qwen2/Qwen3/Qwen3-MoE have their own tests
 (tests/integration/worker/test_hf_bridge.py). The oracle is `transformers` (inside `checks`);
 this file adds that the sample rows still pass, and that the committed page is what the
 committed measurement renders.
@@ -21,7 +23,7 @@ from mcore_grpo.models import matrix, page, verdict
 from tests.support.device import MULTI_RANK_CPU
 
 # Each covers features the others do not (see the page's features column).
-SAMPLE = ("LlamaForCausalLM", "GemmaForCausalLM", "DeepseekV3ForCausalLM")
+SAMPLE = ("LlamaForCausalLM", "GemmaForCausalLM", "DeepseekV3ForCausalLM", "Qwen3_5ForCausalLM")
 
 
 @pytest.mark.slow
