@@ -19,6 +19,8 @@ output.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -32,7 +34,7 @@ def _config(**overrides: object):
         TransformerConfig,
     )
 
-    settings: dict[str, object] = dict(
+    settings: dict[str, Any] = dict(
         num_layers=LAYERS,
         hidden_size=HIDDEN,
         num_attention_heads=HEADS,
@@ -69,7 +71,9 @@ def test_gated_delta_net_layers_get_the_local_backend(mcore_parallel: None) -> N
 
     config = _config(experimental_attention_variant="gdn", linear_attention_freq=[1, 0])
     block = get_transformer_block_with_experimental_attention_variant_spec(config)
-    gdn_layer, attention_layer = block.layer_specs
+    # ModuleSpec.submodules is typed `object`: read the layer specs as Any.
+    layer_specs: list[Any] = list(block.layer_specs or [])
+    gdn_layer, attention_layer = layer_specs
     gdn = gdn_layer.submodules.self_attention
     assert gdn.submodules.in_proj is ColumnParallelLinear
     assert gdn.submodules.out_proj is RowParallelLinear

@@ -49,6 +49,7 @@ def _megatron_layer(device: str):
     from megatron.core.process_groups_config import ProcessGroupCollection
     from megatron.core.ssm.gated_delta_net import GatedDeltaNet, GatedDeltaNetSubmodules
     from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
 
     config = TransformerConfig(
         num_layers=1,
@@ -67,9 +68,9 @@ def _megatron_layer(device: str):
         linear_attention_freq=[1],
     )
     backend = LocalSpecProvider()
-    submodules = GatedDeltaNetSubmodules(
+    submodules = GatedDeltaNetSubmodules(  # the local spec's modules, norm included
         in_proj=backend.column_parallel_linear(),
-        out_norm=backend.layer_norm(rms_norm=True, for_qk=False),
+        out_norm=WrappedTorchNorm,
         out_proj=backend.row_parallel_linear(),
     )
     groups = ProcessGroupCollection(
@@ -118,4 +119,5 @@ def test_gated_delta_net_runs_without_fla_as_transformers_does(
     out_mc.pow(2).sum().backward()
     assert x_mc.grad is not None and x_hf.grad is not None
     torch.testing.assert_close(x_mc.grad.transpose(0, 1).cpu(), x_hf.grad, rtol=1e-4, atol=1e-5)
+    assert megatron.A_log.grad is not None and hf.A_log.grad is not None
     torch.testing.assert_close(megatron.A_log.grad.cpu(), hf.A_log.grad, rtol=1e-4, atol=1e-5)
