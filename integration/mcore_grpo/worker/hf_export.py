@@ -17,6 +17,7 @@ import torch
 from mcore_grpo.worker.bridge_source import import_auto_bridge
 from mcore_grpo.worker.config import WorkerConfig
 from mcore_grpo.worker.cpu import cpu_device
+from mcore_grpo.worker.sdpa_attention import SDPADotProductAttention
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
@@ -24,6 +25,17 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     while hasattr(model, "module") and isinstance(model.module, torch.nn.Module):
         model = model.module
     return model
+
+
+def register_worker_modules() -> None:
+    """Tell Bridge the tensor-parallel layout of the worker's own module classes: it reads a
+    weight's layout from its module's class name, and `build_gpt` switches each local
+    `DotProductAttention` to `SDPADotProductAttention` (same state). Bridge registers
+    `DotProductAttention` as column-parallel for its only weight, an attention sink's
+    `softmax_offset` (one per head: GPT-OSS); without this the export of such a model fails."""
+    from megatron.bridge.models.conversion.param_mapping import AutoMapping
+
+    AutoMapping.register_module_type(SDPADotProductAttention.__name__, "column")
 
 
 def export_hf(config: WorkerConfig, model: torch.nn.Module, path: Path) -> Path:
@@ -36,6 +48,7 @@ def export_hf(config: WorkerConfig, model: torch.nn.Module, path: Path) -> Path:
         )
     dtype = torch.bfloat16 if config.precision == "bfloat16" else torch.float32
     bridge = import_auto_bridge().from_hf_pretrained(source, torch_dtype=dtype)
+    register_worker_modules()
     with cpu_device(config.device), torch.no_grad():
         bridge.save_hf_pretrained([unwrap(model)], str(path), show_progress=False)
     return path

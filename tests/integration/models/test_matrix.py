@@ -6,7 +6,9 @@ page: dense GQA (Llama), zero-centered norms and tied embeddings (Gemma: the Meg
 torch-norm patch), MLA with MoE, shared experts and a dense first layer at EP=2 (DeepSeek-V3:
 the Megatron-LM attention patch), and gated delta net layers between attention layers
 (Qwen3.5: the Megatron-LM local experimental-attention spec and FLA-free GDN patches, and the
-worker's transformer_impl='local'). Qwen2/Qwen3/Qwen3-MoE have their own tests
+worker's transformer_impl='local'), and an attention sink with sliding windows (GPT-OSS: its
+export went through Bridge's class-name layout lookup, which the worker's SDPA attention class
+missed until `hf_export.register_worker_modules`). Qwen2/Qwen3/Qwen3-MoE have their own tests
 (tests/integration/worker/test_hf_bridge.py). The oracle is `transformers` (inside `checks`);
 this file adds that the sample rows still pass, and that the committed page is what the
 committed measurement renders.
@@ -23,7 +25,13 @@ from mcore_grpo.models import matrix, page, verdict
 from tests.support.device import MULTI_RANK_CPU
 
 # Each covers features the others do not (see the page's features column).
-SAMPLE = ("LlamaForCausalLM", "GemmaForCausalLM", "DeepseekV3ForCausalLM", "Qwen3_5ForCausalLM")
+SAMPLE = (
+    "LlamaForCausalLM",
+    "GemmaForCausalLM",
+    "DeepseekV3ForCausalLM",
+    "Qwen3_5ForCausalLM",
+    "GptOssForCausalLM",
+)
 
 
 @pytest.mark.slow
