@@ -30,7 +30,10 @@ registered actor at the running interpreter.
 Also: nemo_automodel 0.4.0's `lora_kernel` module raises at import under Triton 3.9 (this
 environment; NeMo-RL's CI has 3.8), which fails every NeMo-RL module that imports automodel. It
 is imported first on its own no-Triton path, as our NeMo-RL driver does
-(`mcore_grpo.nemo_rl_driver.automodel_compat`, which says why).
+(`mcore_grpo.nemo_rl_driver.automodel_compat`, which says why), in the test process and, through
+the cluster's `worker_process_setup_hook`, in every actor process: an actor of
+`tests/unit/models/policy` that imports `nemo_rl.models.policy.utils` died at import without it,
+and the full gate hung waiting for it.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ import pytest
 from mcore_grpo.nemo_rl_driver.automodel_compat import prepare_automodel
 
 START_ATTEMPTS = 3
+SETUP_HOOK = "mcore_grpo.nemo_rl_driver.automodel_compat.prepare_automodel"
 _MARK = "_mcore_grpo_private_cluster"
 
 
@@ -62,6 +66,12 @@ def private_ray_init(real_init: Any) -> Any:
         kwargs["include_dashboard"] = False
         if address is None and not args:
             kwargs["address"] = "local"
+        # Every worker process of the cluster (the actors) imports automodel's LoRA kernel the
+        # safe way too, not only this test process: an actor importing NeMo-RL's policy
+        # modules otherwise dies at import and its test waits for it forever.
+        runtime_env = dict(kwargs.get("runtime_env") or {})
+        runtime_env.setdefault("worker_process_setup_hook", SETUP_HOOK)
+        kwargs["runtime_env"] = runtime_env
         import ray
 
         for attempt in range(1, START_ATTEMPTS + 1):
