@@ -4,13 +4,14 @@ cluster, no dashboard, a slow raylet retried), checked against a recording stand
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 from typing import Any
 
 import pytest
 from mcore_grpo.nemo_rl_driver import source
-from mcore_grpo.upstream_nemo_rl import START_ATTEMPTS, private_ray_init
+from mcore_grpo.upstream_nemo_rl import SETUP_HOOK, START_ATTEMPTS, private_ray_init
 
 
 class RecordingInit:
@@ -38,9 +39,34 @@ def test_attaching_to_a_running_cluster_is_refused_as_no_cluster() -> None:
 def test_a_new_cluster_is_local_and_without_dashboard() -> None:
     real = RecordingInit()
     assert private_ray_init(real)(include_dashboard=True, resources={"nrl_tag_ALL": 1}) == "context"
+    hook = {"worker_process_setup_hook": SETUP_HOOK}
     assert real.calls == [
-        ((), {"include_dashboard": False, "resources": {"nrl_tag_ALL": 1}, "address": "local"})
+        (
+            (),
+            {
+                "include_dashboard": False,
+                "resources": {"nrl_tag_ALL": 1},
+                "address": "local",
+                "runtime_env": hook,
+            },
+        )
     ]
+
+
+def test_the_actors_setup_hook_joins_the_callers_runtime_env() -> None:
+    """NeMo-RL's own runtime_env keys are kept; the hook is added (a caller's own hook wins)."""
+    real = RecordingInit()
+    private_ray_init(real)(runtime_env={"env_vars": {"A": "1"}})
+    assert real.calls[0][1]["runtime_env"] == {
+        "env_vars": {"A": "1"},
+        "worker_process_setup_hook": SETUP_HOOK,
+    }
+    theirs = RecordingInit()
+    private_ray_init(theirs)(runtime_env={"worker_process_setup_hook": "pkg.hook"})
+    assert theirs.calls[0][1]["runtime_env"] == {"worker_process_setup_hook": "pkg.hook"}
+    # The hook names a function that exists, imported by module path as Ray does.
+    module, _, name = SETUP_HOOK.rpartition(".")
+    assert callable(getattr(importlib.import_module(module), name))
 
 
 def test_a_slow_raylet_is_retried_and_other_errors_are_not() -> None:
