@@ -17,7 +17,7 @@ import pytest
 import torch
 from mcore_grpo.models import checks, families
 
-from tests.support.model_checks import child_figure
+from tests.support.model_checks import child_run
 
 ARCH = "Qwen3_5ForCausalLM"
 NEW_TOKENS = 6
@@ -44,7 +44,6 @@ with checks.imported_model(Path(sys.argv[2]), 1, 1, vocab) as (_, gpt):
     assert backend == "recompute" and "gated delta net" in why, (backend, why)
     out = generate(gpt, prompts, torch.ones_like(prompts), params, vocab)
 torch.save(out.output_ids.cpu(), sys.argv[4])
-print("DIFF 0")
 """
 
 
@@ -61,5 +60,5 @@ def test_greedy_tokens_equal_transformers_generate(tmp_path: Path) -> None:
     )
 
     out_file = tmp_path / "tokens.pt"
-    child_figure(GREEDY_TOKENS, str(checkpoint), str(vocab), str(out_file), str(NEW_TOKENS))
+    child_run(GREEDY_TOKENS, str(checkpoint), str(vocab), str(out_file), str(NEW_TOKENS))
     assert torch.equal(torch.load(out_file), expected)
