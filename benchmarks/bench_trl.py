@@ -79,7 +79,9 @@ each M/``--checkpoints`` minutes: the policy is written as a Hugging Face checkp
 `GRPOLoop.export`, TRL `save_pretrained`) and graded by the same code,
 `mcore_grpo.grpo.tasks.hf_eval.evaluate_checkpoint` (`transformers` greedy generate,
 max_new_tokens of the run, the same verifier) on the first ``--eval-size`` of the preset's 200
-held-out problems. Writes ``--json`` (seconds, accuracy per side) and ``--plot``.
+held-out problems. Writes ``--json`` (seconds, accuracy per side, the held-out accuracy of each
+operation per grade, how many distinct training problems the steps drew) and ``--plot``; every
+graded sample stays under ``--samples``/<side>/validation_samples.jsonl (step = grade number).
 """
 
 from __future__ import annotations
@@ -103,6 +105,7 @@ PRESET = "cpu-smollm2-arith"
 RESULT_MARK = "BENCH_TRL_RESULT "
 DEFAULT_JSON = ROOT / "runs" / "bench-trl" / "accuracy.json"
 DEFAULT_PLOT = ROOT / "docs" / "img" / "grpo-vs-trl.png"
+DEFAULT_SAMPLES = ROOT / "runs" / "bench-trl" / "samples"
 # Upper bound of GRPO steps in --accuracy-minutes mode (the clock stops the run long before).
 ACCURACY_STEP_BOUND = 2000
 
@@ -129,6 +132,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="accuracy curves")
     parser.add_argument("--plot", type=Path, default=DEFAULT_PLOT, help="accuracy plot")
+    parser.add_argument(
+        "--samples",
+        type=Path,
+        default=DEFAULT_SAMPLES,
+        help="each grade's samples: <dir>/<side>/validation_samples.jsonl (step = grade number)",
+    )
     parser.add_argument("--child", choices=("ours", "trl"), help=argparse.SUPPRESS)
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     args = parser.parse_args(argv)
@@ -292,22 +301,49 @@ def _progress(side: str) -> Callable[[dict[str, Any]], None]:
     return show
 
 
-def _grader(task: Any, config: Any, args: argparse.Namespace, path: Path) -> Callable[[], float]:
-    """Grades the checkpoint at `path` (written just before) with the project's HF grader."""
+def _grader(
+    task: Any, config: Any, args: argparse.Namespace, path: Path, side: str
+) -> Callable[[], float]:
+    """Grades the checkpoint at `path` (written just before) with the project's HF grader; the
+    samples of the n-th grade go to ``--samples``/`side` under step n."""
     from mcore_grpo.grpo.tasks.evaluation import Evaluator
     from mcore_grpo.grpo.tasks.hf_eval import evaluate_checkpoint
 
     evaluator = Evaluator(task, args.eval_size)
     g = config.grpo
+    samples = args.samples / side
+    shutil.rmtree(samples, ignore_errors=True)
+    samples.mkdir(parents=True)
+    grades = 0
 
     def grade() -> float:
+        nonlocal grades
         found = evaluate_checkpoint(
-            path, evaluator, config.policy.generation.max_new_tokens, g.val_batch_size, "cpu"
+            path,
+            evaluator,
+            config.policy.generation.max_new_tokens,
+            g.val_batch_size,
+            "cpu",
+            output_dir=samples,
+            step=grades,
         )
+        grades += 1
         shutil.rmtree(path, ignore_errors=True)
         return float(found["validation/hf_accuracy"])
 
     return grade
+
+
+def training_draws(task: Any, config: Any, steps: int) -> dict[str, int]:
+    """How many training prompts `steps` GRPO steps drew and how many distinct problems they
+    were (both sides train on the same draws): with a large pool most are seen once, so
+    held-out accuracy measures arithmetic learned, not answers remembered."""
+    drawn = [
+        p.question
+        for step in range(1, steps + 1)
+        for p in task.sample_problems(config.grpo.num_prompts_per_step, config.grpo.seed, step)
+    ]
+    return {"train_pool": len(task.train), "drawn": len(drawn), "distinct": len(set(drawn))}
 
 
 def ours_side(args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -335,7 +371,7 @@ def ours_side(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             ]
             return {"steps": steps, "peak_rss_gib": _peak_rss_gib()}
         export = work / "ours-hf"
-        grade = _grader(task, config, args, export)
+        grade = _grader(task, config, args, export, "ours")
 
         def export_and_grade() -> float:
             loop.export(export)
@@ -351,7 +387,12 @@ def ours_side(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             record = loop.step(step)
             done = clock.after_step(time.perf_counter() - start)
             show(record)
-        return {"curve": clock.curve, "steps_run": step, "peak_rss_gib": _peak_rss_gib()}
+        return {
+            "curve": clock.curve,
+            "steps_run": step,
+            "training_draws": training_draws(task, config, step),
+            "peak_rss_gib": _peak_rss_gib(),
+        }
     finally:
         runner.shutdown()
 
@@ -480,8 +521,9 @@ def trl_side(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         def save_and_grade() -> float:
             model.save_pretrained(export)  # the trained object itself (one CPU process)
             tokenizer.save_pretrained(export)
-            return _grader(task, config, args, export)()
+            return grade()
 
+        grade = _grader(task, config, args, export, "trl")
         clock = WallClock(args.accuracy_minutes, args.checkpoints, save_and_grade)
 
     trainer.add_callback(_step_timer(per_step, spent, steps, clock))
@@ -493,7 +535,12 @@ def trl_side(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "peak_rss_gib": _peak_rss_gib(),
     }
     if clock is not None:
-        return {**found, "curve": clock.curve, "steps_run": len(steps)}
+        return {
+            **found,
+            "curve": clock.curve,
+            "steps_run": len(steps),
+            "training_draws": training_draws(task, config, len(steps)),
+        }
     return {**found, "steps": steps}
 
 
@@ -502,7 +549,8 @@ def _run_side(side: str, args: argparse.Namespace) -> dict[str, Any]:
     argv = [
         "--child", side, "--steps", str(args.steps), "--threads", str(args.threads),
         "--accuracy-minutes", str(args.accuracy_minutes), "--eval-size", str(args.eval_size),
-        "--checkpoints", str(args.checkpoints), *args.overrides,
+        "--checkpoints", str(args.checkpoints), "--samples", str(args.samples),
+        *args.overrides,
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": str(ROOT)}
     load = os.getloadavg()[0]
@@ -554,6 +602,21 @@ def print_throughput(results: dict[str, dict[str, Any]], samples: int, steps: in
         print(f"{side}: step seconds (warm-up first) {all_steps}; reward {rewards}{extra}")
 
 
+def accuracy_by_operation(samples: Path) -> list[dict[str, float]]:
+    """Per grade (the samples' step), the held-out accuracy of each operation's problems
+    ("What is 7 * 8?" is "*"): which arithmetic was learned, not only how much."""
+    grades: dict[int, dict[str, list[float]]] = {}
+    for line in samples.read_text().splitlines():
+        row = json.loads(line)
+        question = row.get("question", "")
+        op = next((o for o in ("*", "+", "-") if f" {o} " in question), "?")
+        grades.setdefault(row["step"], {}).setdefault(op, []).append(float(row["score"] == 1.0))
+    return [
+        {op: round(sum(v) / len(v), 3) for op, v in sorted(by_op.items())}
+        for _, by_op in sorted(grades.items())
+    ]
+
+
 def write_accuracy(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
     """The (seconds, accuracy) curves as JSON and a plot."""
     import matplotlib
@@ -568,7 +631,15 @@ def write_accuracy(results: dict[str, dict[str, Any]], args: argparse.Namespace)
         "threads": args.threads,
         "overrides": args.overrides,
         "sides": {
-            side: {"curve": r["curve"], "steps_run": r["steps_run"]} for side, r in results.items()
+            side: {
+                "curve": r["curve"],
+                "steps_run": r["steps_run"],
+                "training_draws": r["training_draws"],
+                "accuracy_by_operation": accuracy_by_operation(
+                    args.samples / side / "validation_samples.jsonl"
+                ),
+            }
+            for side, r in results.items()
         },
     }
     args.json.write_text(json.dumps(doc, indent=2) + "\n")
@@ -588,6 +659,9 @@ def write_accuracy(results: dict[str, dict[str, Any]], args: argparse.Namespace)
     for side, r in results.items():
         points = ", ".join(f"{s:.0f} s: {a:.3f}" for s, a in r["curve"])
         print(f"{side}: {r['steps_run']} GRPO steps; held-out accuracy {points}")
+        print(f"{side}: training draws {doc['sides'][side]['training_draws']}")
+        for n, by_op in enumerate(doc["sides"][side]["accuracy_by_operation"]):
+            print(f"{side}: grade {n} accuracy by operation {by_op}")
     print(f"curves: {args.json}  plot: {args.plot}")
 
 

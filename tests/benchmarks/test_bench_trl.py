@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import importlib.util
+import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -68,3 +70,19 @@ def test_trl_accepts_the_settings(tmp_path: object) -> None:
     assert cfg.steps_per_generation is not None
     # not a multiple: TRL computes the old logprobs (one pass per GRPO step, as ours)
     assert cfg.gradient_accumulation_steps % (cfg.steps_per_generation * cfg.num_iterations)
+
+
+def test_accuracy_by_operation_reads_each_grades_samples(tmp_path: Path) -> None:
+    rows = [
+        {"step": 0, "question": "What is 7 * 8?", "score": 0.0},
+        {"step": 0, "question": "What is 7 + 8?", "score": 1.0},
+        {"step": 1, "question": "What is 7 * 8?", "score": 1.0},
+        {"step": 1, "question": "What is 9 * 2?", "score": 0.0},
+        {"step": 1, "question": "What is 9 - 2?", "score": 1.0},
+    ]
+    samples = tmp_path / "validation_samples.jsonl"
+    samples.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert bench_trl.accuracy_by_operation(samples) == [
+        {"*": 0.0, "+": 1.0},
+        {"*": 0.5, "-": 1.0},
+    ]

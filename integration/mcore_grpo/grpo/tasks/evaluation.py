@@ -34,6 +34,13 @@ def states_answer(text: str, answer: str) -> bool:
     return re.search(rf"(?<![\d.]){re.escape(answer)}(?!\d|\.\d)", text) is not None
 
 
+def question_of(problem: Any) -> dict[str, str]:
+    """``{"question": ...}`` for a math problem (so a sample can be matched to the training
+    set), nothing for the toy tasks, whose problems have no text."""
+    question = getattr(problem, "question", None)
+    return {"question": question} if isinstance(question, str) else {}
+
+
 class Evaluator:
     """The held-out problems of a task (its ``eval`` split, at most `max_samples`)."""
 
@@ -68,6 +75,7 @@ class Evaluator:
                         json.dumps(
                             {
                                 "step": step,
+                                **question_of(problem),
                                 "answer": str(problem.answer),
                                 "response": text,
                                 "score": score,

@@ -63,14 +63,17 @@ def evaluate_checkpoint(
     max_new_tokens: int,
     batch_size: int,
     device: str = "cpu",
+    output_dir: Path | None = None,
+    step: int = -1,
 ) -> dict[str, Any]:
     """``validation/hf_accuracy`` (and its mean response length) of `checkpoint` on the
-    evaluator's held-out problems."""
+    evaluator's held-out problems; with `output_dir`, each sample appended to its
+    validation_samples.jsonl under `step`."""
     problems = evaluator.problems
     responses = greedy_responses(
         checkpoint, [p.prompt_ids for p in problems], max_new_tokens, batch_size, device
     )
-    scored = evaluator.score(-1, problems, responses)
+    scored = evaluator.score(step, problems, responses, output_dir)
     return {
         "validation/hf_accuracy": scored["validation/accuracy"],
         "validation/hf_response_tokens_mean": scored["validation/response_tokens_mean"],

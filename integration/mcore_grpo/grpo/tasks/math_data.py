@@ -179,3 +179,19 @@ def split_items(
     held = order[:eval_size]
     seen = {item.question for item in held}
     return [item for item in order[eval_size:] if item.question not in seen], held
+
+
+def widen_training_pool(
+    train: list[MathItem], held: list[MathItem], pool: list[MathItem]
+) -> list[MathItem]:
+    """`train` followed by the problems of `pool` that are neither held out nor already in
+    `train`: more distinct problems to learn from, so that what held-out accuracy measures is
+    arithmetic rather than a few dozen memorised answers, while the held-out split stays the
+    one the baseline was measured on."""
+    seen = {item.question for item in held} | {item.question for item in train}
+    wider = list(train)
+    for item in pool:
+        if item.question not in seen:
+            seen.add(item.question)
+            wider.append(item)
+    return wider

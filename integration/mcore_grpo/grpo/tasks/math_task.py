@@ -26,6 +26,7 @@ from mcore_grpo.grpo.tasks.math_data import (
     arithmetic_items,
     load_items,
     split_items,
+    widen_training_pool,
 )
 from mcore_grpo.grpo.tasks.nemo_rl_math import MathVerifier, render_prompt, task_data_spec
 from mcore_grpo.grpo.tasks.task import Task, build_task
@@ -67,7 +68,12 @@ def _items(cfg: TaskSection) -> tuple[list[MathItem], list[MathItem]]:
         a = cfg.arithmetic
         spec = ArithmeticSpec(a.digits, tuple(a.operations), a.terms)
         items = arithmetic_items(spec, a.num_problems, a.seed)
-        return split_items(items, cfg.eval_size, a.seed)
+        train, held = split_items(items, cfg.eval_size, a.seed)
+        if a.train_problems:
+            wider = ArithmeticSpec(a.train_digits, tuple(a.operations), a.terms)
+            pool = arithmetic_items(wider, a.train_problems, a.seed + 1)
+            train = widen_training_pool(train, held, pool)
+        return train, held
     d = cfg.dataset
     train = load_items(Path(d.train_path), d.question_key, d.answer_key, d.answer_format)
     if not d.eval_path:

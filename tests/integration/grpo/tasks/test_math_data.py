@@ -18,6 +18,7 @@ from mcore_grpo.grpo.tasks.math_data import (
     arithmetic_items,
     load_items,
     split_items,
+    widen_training_pool,
 )
 
 GSM8K = Path(__file__).resolve().parents[4].parent / "shared" / "data" / "gsm8k"
@@ -71,6 +72,32 @@ def test_the_split_is_disjoint_and_seeded() -> None:
     assert split_items(items, 200, seed=1) == (train, held)
     with pytest.raises(ConfigError, match=r"task.eval_size=500"):
         split_items(items, 500, seed=1)
+
+
+def test_a_wider_pool_adds_training_problems_but_never_a_held_out_one() -> None:
+    one_digit = ArithmeticSpec(digits=1, operations=("+", "-", "*"), terms=2)
+    train, held = split_items(arithmetic_items(one_digit, 243, 7), 200, seed=7)
+    wider_spec = ArithmeticSpec(digits=2, operations=("+", "-", "*"), terms=2)
+    pool = arithmetic_items(wider_spec, 3000, 8)
+    wider = widen_training_pool(train, held, pool)
+    held_questions = {i.question for i in held}
+    # The pool draws one-digit problems too; every one of them that is held out is dropped.
+    assert {i.question for i in pool} & held_questions
+    assert not {i.question for i in wider} & held_questions
+    assert wider[: len(train)] == train
+    assert len({i.question for i in wider}) == len(wider) > 2700
+
+
+def test_the_task_keeps_its_held_out_split_when_the_pool_widens() -> None:
+    from mcore_grpo.grpo.config.config_loader import load_config
+    from mcore_grpo.grpo.tasks.math_task import _items
+
+    base = load_config("cpu-smollm2-arith", None, []).task
+    wide = load_config("cpu-smollm2-arith", None, ["task.arithmetic.train_problems=2000"]).task
+    train, held = _items(base)
+    wide_train, wide_held = _items(wide)
+    assert wide_held == held and len(held) == 200 and len(train) == 43
+    assert wide_train[:43] == train and len(wide_train) > 1700
 
 
 @needs_gsm8k
