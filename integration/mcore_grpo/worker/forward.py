@@ -23,10 +23,64 @@ def attention_inputs(valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return positions, mask
 
 
+def has_recurrent_layers(model: torch.nn.Module) -> bool:
+    """Whether `model` holds a layer with a recurrent state (Mamba-2, gated delta net).
+
+    megatron-core's Mamba and gated delta net layers take no padding mask (its training feeds
+    them packed sequences): a left pad enters their state and changes every later token's
+    output (measured on the tiny NemotronH and Qwen3.5 rows: 0.04 and 0.10 in the logits).
+    Cached on the model, whose layers do not change.
+    """
+    cached = getattr(model, "_mcore_grpo_recurrent", None)
+    if cached is None:
+        from megatron.core.ssm.gated_delta_net import GatedDeltaNet, GatedDeltaNet2
+        from megatron.core.ssm.mamba_mixer import MambaMixer
+
+        kinds = (MambaMixer, GatedDeltaNet, GatedDeltaNet2)
+        cached = any(isinstance(m, kinds) for m in model.modules())
+        model._mcore_grpo_recurrent = cached
+    return bool(cached)
+
+
+def leading_pads(valid: torch.Tensor) -> torch.Tensor:
+    """[B]: how many padding positions precede each row's first real token (0 for a row with
+    none, or with no real token)."""
+    valid = valid.bool()
+    first = valid.long().argmax(dim=1)
+    return torch.where(valid.any(dim=1), first, torch.zeros_like(first))
+
+
+def roll_rows(x: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor:
+    """Each row of `x` ([B, S, ...]) rotated left by its shift: out[b, j] = x[b, (j + s_b) % S]."""
+    seq = x.shape[1]
+    index = (torch.arange(seq, device=x.device)[None, :] + shifts[:, None]) % seq
+    index = index.view(*index.shape, *([1] * (x.dim() - 2))).expand_as(x)
+    return x.gather(1, index)
+
+
 def policy_logits(
     model: torch.nn.Module, input_ids: torch.Tensor, valid: torch.Tensor
 ) -> torch.Tensor:
-    """[B, S, V] fp32 logits over the full (padded) vocab, gathered across TP ranks."""
+    """[B, S, V] fp32 logits over the full (padded) vocab, gathered across TP ranks.
+
+    A model with recurrent layers (`has_recurrent_layers`) sees each row left-aligned: its
+    leading pads are moved behind the row, which causality keeps out of every real token's
+    output, and the logits are moved back. Exact for attention layers as well (positions count
+    real tokens only, the mask follows the rows)."""
+    if has_recurrent_layers(model):
+        shifts = leading_pads(valid)
+        if bool(shifts.any()):
+            aligned = policy_logits_in_place(
+                model, roll_rows(input_ids, shifts), roll_rows(valid, shifts)
+            )
+            return roll_rows(aligned, -shifts)
+    return policy_logits_in_place(model, input_ids, valid)
+
+
+def policy_logits_in_place(
+    model: torch.nn.Module, input_ids: torch.Tensor, valid: torch.Tensor
+) -> torch.Tensor:
+    """`policy_logits` on the rows as they are laid out."""
     positions, mask = attention_inputs(valid)
     return model_logits(model, input_ids, positions, mask)
 

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from mcore_grpo.worker.forward import next_token_logprobs, real_vocab_logits
+from mcore_grpo.worker.forward import (
+    leading_pads,
+    next_token_logprobs,
+    real_vocab_logits,
+    roll_rows,
+)
 
 REAL, PADDED = 6, 8
 
@@ -90,3 +95,20 @@ def test_chunked_logsumexp_equals_the_whole_batch_at_once(monkeypatch: pytest.Mo
     for scale in (1.0, 1 / 0.7):
         expected = torch.logsumexp(real * scale, dim=-1)
         assert torch.equal(forward.chunked_logsumexp(real, scale), expected)
+
+
+def test_rows_left_align_by_their_leading_pads_and_back() -> None:
+    valid = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 0, 0], [0, 0, 0, 0, 0], [0, 1, 1, 1, 0]])
+    shifts = leading_pads(valid)
+    assert shifts.tolist() == [2, 0, 0, 1]
+    ids = torch.arange(20).view(4, 5)
+    aligned = roll_rows(ids, shifts)
+    assert aligned.tolist() == [
+        [2, 3, 4, 0, 1],
+        [5, 6, 7, 8, 9],
+        [10, 11, 12, 13, 14],
+        [16, 17, 18, 19, 15],
+    ]
+    assert roll_rows(valid, shifts)[:, 0].tolist() == [1, 1, 0, 1]  # real tokens first
+    logits = torch.randn(4, 5, 3)
+    assert torch.equal(roll_rows(roll_rows(logits, shifts), -shifts), logits)

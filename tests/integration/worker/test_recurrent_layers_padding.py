@@ -1,0 +1,94 @@
+"""Left-padded rows on models with recurrent layers: Mamba-2 (NemotronH) and gated delta net
+(Qwen3.5), through Bridge on the patched megatron-core.
+
+megatron-core's Mamba and gated delta net layers take no padding mask, so a left pad entered
+their state and changed every later output of its row (0.04 and 0.10 in the tiny rows'
+logits). The worker left-aligns such rows (`forward.policy_logits`). The oracle is
+`transformers`: its logits of each prompt alone, unpadded, and its greedy `generate` of each
+prompt alone; the worker sees the prompts of different lengths as one left-padded batch.
+
+The worker side runs in a child process: it initialises torch.distributed and megatron-core's
+parallel state, which other tests of the session may hold already.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from mcore_grpo.models import checks, families
+
+from tests.support.model_checks import child_run
+
+NEW_TOKENS = 6
+LENGTHS = (12, 7)  # the second prompt is left-padded by 5
+
+pytestmark = pytest.mark.cpu_only(reason="builds the tiny checkpoints on the CPU worker path")
+
+# argv: port, checkpoint, vocab, output file, new tokens, lengths. Saves the worker's logits
+# of the left-padded batch and its greedy tokens of the default backend (recompute: the child
+# fails otherwise).
+PADDED_BATCH = """
+import os, sys
+from pathlib import Path
+import torch
+import torch.distributed as dist
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
+dist.init_process_group("gloo", rank=0, world_size=1)
+from mcore_grpo.models import checks
+from mcore_grpo.worker.forward import policy_logits
+from mcore_grpo.worker.generation import generate, resolve_backend
+from mcore_grpo.worker.sampling import SamplingParams
+vocab = int(sys.argv[3])
+lengths = [int(n) for n in sys.argv[6].split(",")]
+ids = checks.tokens(vocab)
+width = max(lengths)
+prompts = torch.zeros(len(lengths), width, dtype=ids.dtype)
+mask = torch.zeros(len(lengths), width, dtype=torch.long)
+for row, n in enumerate(lengths):
+    prompts[row, width - n:] = ids[row, :n]
+    mask[row, width - n:] = 1
+params = SamplingParams(max_new_tokens=int(sys.argv[5]), greedy=True)
+with checks.imported_model(Path(sys.argv[2]), 1, 1, vocab) as (_, gpt):
+    logits = policy_logits(gpt, prompts, mask.bool())[..., :vocab]
+    backend, why = resolve_backend(gpt, params)
+    assert backend == "recompute", (backend, why)
+    out = generate(gpt, prompts, mask, params, vocab)
+torch.save({"logits": logits, "tokens": out.output_ids.cpu()}, sys.argv[4])
+"""
+
+
+@pytest.mark.parametrize("arch", ["NemotronHForCausalLM", "Qwen3_5ForCausalLM"])
+def test_left_padded_rows_equal_transformers_on_each_prompt_alone(
+    tmp_path: Path, arch: str
+) -> None:
+    from transformers import AutoModelForCausalLM
+
+    checkpoint = tmp_path / arch
+    families.write_checkpoint(checkpoint, arch)
+    hf = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    vocab = hf.config.vocab_size
+    ids = checks.tokens(vocab)
+    out_file = tmp_path / "out.pt"
+    child_run(
+        PADDED_BATCH,
+        str(checkpoint),
+        str(vocab),
+        str(out_file),
+        str(NEW_TOKENS),
+        ",".join(map(str, LENGTHS)),
+    )
+    got = torch.load(out_file)
+    width = max(LENGTHS)
+    for row, n in enumerate(LENGTHS):
+        prompt = ids[row : row + 1, :n]
+        with torch.no_grad():
+            expected_logits = hf(prompt).logits
+        torch.testing.assert_close(
+            got["logits"][row : row + 1, width - n :], expected_logits, rtol=1e-4, atol=1e-4
+        )
+        expected = hf.generate(
+            prompt, max_new_tokens=NEW_TOKENS, do_sample=False, min_new_tokens=NEW_TOKENS
+        )
+        assert torch.equal(got["tokens"][row, width - n :], expected[0]), row
