@@ -154,8 +154,28 @@ def _replacements() -> list[tuple[Any, str, Any]]:
     return out
 
 
+def hub_offline() -> None:
+    """Put the Hugging Face Hub in offline mode, unless HF_HUB_OFFLINE is set already.
+
+    These machines (and CI) reach no network. Online, a test that downloads from the Hub
+    (NeMo-RL's test_megatron_generation.py `tokenizer` fixture, for one) sat in
+    huggingface_hub's retry backoff for 17+ minutes, past the test timeout, and hung the whole
+    run. Offline it fails at once with huggingface_hub's own error, before and after a series
+    alike. The constant is set too: a process that preloads huggingface_hub (verify's fork
+    server) has read the variable already.
+    """
+    if os.environ.get("HF_HUB_OFFLINE") is not None:
+        return
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    constants = sys.modules.get("huggingface_hub.constants")
+    if constants is not None:
+        constants.HF_HUB_OFFLINE = True
+
+
 def install() -> None:
-    """Install the redirects (idempotent); nothing where CUDA is available."""
+    """Install the redirects (idempotent); nothing where CUDA is available. The Hub goes
+    offline either way (`hub_offline`)."""
+    hub_offline()
     if _STATE["installed"]:
         return
     _STATE["cuda"] = torch.cuda.is_available()
