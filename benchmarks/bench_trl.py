@@ -381,15 +381,18 @@ def ours_side(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         clock.start()
         step = 0
         done = False
+        rewards: list[float] = []
         while not done:
             step += 1
             start = time.perf_counter()
             record = loop.step(step)
+            rewards.append(float(record["reward_mean"]))
             done = clock.after_step(time.perf_counter() - start)
             show(record)
         return {
             "curve": clock.curve,
             "steps_run": step,
+            "rewards": rewards,
             "training_draws": training_draws(task, config, step),
             "peak_rss_gib": _peak_rss_gib(),
         }
@@ -539,6 +542,7 @@ def trl_side(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             **found,
             "curve": clock.curve,
             "steps_run": len(steps),
+            "rewards": [s.get("reward", float("nan")) for s in steps],
             "training_draws": training_draws(task, config, len(steps)),
         }
     return {**found, "steps": steps}
@@ -634,6 +638,7 @@ def write_accuracy(results: dict[str, dict[str, Any]], args: argparse.Namespace)
             side: {
                 "curve": r["curve"],
                 "steps_run": r["steps_run"],
+                "rewards": r["rewards"],
                 "training_draws": r["training_draws"],
                 "accuracy_by_operation": accuracy_by_operation(
                     args.samples / side / "validation_samples.jsonl"
@@ -660,6 +665,7 @@ def write_accuracy(results: dict[str, dict[str, Any]], args: argparse.Namespace)
         points = ", ".join(f"{s:.0f} s: {a:.3f}" for s, a in r["curve"])
         print(f"{side}: {r['steps_run']} GRPO steps; held-out accuracy {points}")
         print(f"{side}: training draws {doc['sides'][side]['training_draws']}")
+        print(f"{side}: mean reward per GRPO step {[round(x, 3) for x in r['rewards']]}")
         for n, by_op in enumerate(doc["sides"][side]["accuracy_by_operation"]):
             print(f"{side}: grade {n} accuracy by operation {by_op}")
     print(f"curves: {args.json}  plot: {args.plot}")
