@@ -31,6 +31,7 @@ SAMPLE = (
     "DeepseekV3ForCausalLM",
     "Qwen3_5ForCausalLM",
     "GptOssForCausalLM",
+    "NemotronHForCausalLM",
 )
 
 
