@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -23,23 +24,27 @@ def attention_inputs(valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return positions, mask
 
 
+# `has_recurrent_layers` per model (weakly held: a model's lifetime is the caller's).
+_RECURRENT: weakref.WeakKeyDictionary[torch.nn.Module, bool] = weakref.WeakKeyDictionary()
+
+
 def has_recurrent_layers(model: torch.nn.Module) -> bool:
     """Whether `model` holds a layer with a recurrent state (Mamba-2, gated delta net).
 
     megatron-core's Mamba and gated delta net layers take no padding mask (its training feeds
     them packed sequences): a left pad enters their state and changes every later token's
     output (measured on the tiny NemotronH and Qwen3.5 rows: 0.04 and 0.10 in the logits).
-    Cached on the model, whose layers do not change.
+    Cached per model, whose layers do not change.
     """
-    cached = getattr(model, "_mcore_grpo_recurrent", None)
+    cached = _RECURRENT.get(model)
     if cached is None:
         from megatron.core.ssm.gated_delta_net import GatedDeltaNet, GatedDeltaNet2
         from megatron.core.ssm.mamba_mixer import MambaMixer
 
         kinds = (MambaMixer, GatedDeltaNet, GatedDeltaNet2)
         cached = any(isinstance(m, kinds) for m in model.modules())
-        model._mcore_grpo_recurrent = cached
-    return bool(cached)
+        _RECURRENT[model] = cached
+    return cached
 
 
 def leading_pads(valid: torch.Tensor) -> torch.Tensor:

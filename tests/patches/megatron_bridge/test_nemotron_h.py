@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib.util
 import pickle
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -56,7 +57,7 @@ def test_hybrid_provider_without_te_uses_the_local_spec_and_pickles() -> None:
     from megatron.core.transformer.dot_product_attention import DotProductAttention
 
     provider = HybridModelProvider(num_layers=2, hidden_size=64, num_attention_heads=4)
-    spec = get_default_hybrid_stack_spec(provider)
+    spec = cast(Any, get_default_hybrid_stack_spec(provider))
     attention = spec.submodules.attention_layer.submodules.self_attention.submodules
     assert attention.core_attention is DotProductAttention
     pickle.dumps(provider)  # the worker sends the provider to its ranks

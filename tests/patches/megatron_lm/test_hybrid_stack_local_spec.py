@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 import torch
@@ -50,7 +51,7 @@ def test_local_hybrid_stack_builds_with_torch_norms(mcore_device: str) -> None:
         pp=parallel_state.get_pipeline_model_parallel_group(),
         cp=parallel_state.get_context_parallel_group(),
     )
-    spec = get_hybrid_stack_modelopt_spec(local_core_attention=True)
+    spec = cast(Any, get_hybrid_stack_modelopt_spec(local_core_attention=True))
     block = HybridStack(
         config, spec.submodules, layer_type_list=layers, pp_layer_offset=0, pg_collection=groups
     ).to(mcore_device)

@@ -212,10 +212,8 @@ class ArithmeticSection:
     terms: int = 3
     num_problems: int = 2000
     seed: int = 7
-    # A wider training pool: besides what the held-out split leaves of the `num_problems`
-    # above, `train_problems` more distinct problems with operands of 1 to `train_digits`
-    # digits (same operations and terms), the held-out questions removed. 0: no extra pool,
-    # so training sees only the problems the split leaves (for one digit, 43 of 243).
+    # A wider training pool: `train_problems` more distinct problems with operands of 1 to
+    # `train_digits` digits, held-out questions removed (0: only what the split leaves).
     train_digits: int = 2
     train_problems: int = 0
 
