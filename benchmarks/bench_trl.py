@@ -343,7 +343,11 @@ def training_draws(task: Any, config: Any, steps: int) -> dict[str, int]:
         for step in range(1, steps + 1)
         for p in task.sample_problems(config.grpo.num_prompts_per_step, config.grpo.seed, step)
     ]
-    return {"train_pool": len(task.train), "drawn": len(drawn), "distinct": len(set(drawn))}
+    return {
+        "train_pool": len({p.question for p in task.train}),  # distinct (base_share repeats)
+        "drawn": len(drawn),
+        "distinct": len(set(drawn)),
+    }
 
 
 def ours_side(args: argparse.Namespace, work: Path) -> dict[str, Any]:

@@ -182,16 +182,25 @@ def split_items(
 
 
 def widen_training_pool(
-    train: list[MathItem], held: list[MathItem], pool: list[MathItem]
+    train: list[MathItem], held: list[MathItem], pool: list[MathItem], base_share: float = 0.0
 ) -> list[MathItem]:
     """`train` followed by the problems of `pool` that are neither held out nor already in
     `train`: more distinct problems to learn from, so that what held-out accuracy measures is
     arithmetic rather than a few dozen memorised answers, while the held-out split stays the
-    one the baseline was measured on."""
+    one the baseline was measured on.
+
+    `base_share` > 0 repeats `train` so that it is about that share of the list (draws are
+    uniform over it): a wide pool of harder problems gives an untrained policy no reward to
+    learn from, while the split's own problems, at the held-out level, sometimes do."""
+    if not 0.0 <= base_share < 1.0:
+        raise ConfigError(f"task.arithmetic.base_share={base_share}: use 0 <= share < 1")
     seen = {item.question for item in held} | {item.question for item in train}
-    wider = list(train)
+    extra = []
     for item in pool:
         if item.question not in seen:
             seen.add(item.question)
-            wider.append(item)
-    return wider
+            extra.append(item)
+    repeats = 1
+    if base_share and extra and train:
+        repeats = max(1, round(base_share * len(extra) / ((1.0 - base_share) * len(train))))
+    return list(train) * repeats + extra

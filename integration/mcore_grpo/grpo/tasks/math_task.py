@@ -72,7 +72,7 @@ def _items(cfg: TaskSection) -> tuple[list[MathItem], list[MathItem]]:
         if a.train_problems:
             wider = ArithmeticSpec(a.train_digits, tuple(a.operations), a.terms)
             pool = arithmetic_items(wider, a.train_problems, a.seed + 1)
-            train = widen_training_pool(train, held, pool)
+            train = widen_training_pool(train, held, pool, a.base_share)
         return train, held
     d = cfg.dataset
     train = load_items(Path(d.train_path), d.question_key, d.answer_key, d.answer_format)

@@ -100,6 +100,21 @@ def test_the_task_keeps_its_held_out_split_when_the_pool_widens() -> None:
     assert wide_train[:43] == train and len(wide_train) > 1700
 
 
+def test_a_base_share_repeats_the_split_to_that_share_of_the_draws() -> None:
+    one_digit = ArithmeticSpec(digits=1, operations=("+", "-", "*"), terms=2)
+    train, held = split_items(arithmetic_items(one_digit, 243, 7), 200, seed=7)
+    pool = arithmetic_items(ArithmeticSpec(2, ("+", "-", "*"), 2), 3000, 8)
+    plain = widen_training_pool(train, held, pool)
+    mixed = widen_training_pool(train, held, pool, base_share=0.5)
+    extra = len(plain) - len(train)
+    assert mixed[len(mixed) - extra :] == plain[len(train) :]
+    base = len(mixed) - extra
+    assert base % len(train) == 0 and abs(base / len(mixed) - 0.5) < 0.01
+    assert {i.question for i in mixed} == {i.question for i in plain}
+    with pytest.raises(ConfigError, match=r"base_share=1.0"):
+        widen_training_pool(train, held, pool, base_share=1.0)
+
+
 @needs_gsm8k
 def test_gsm8k_final_answers_are_the_files_own() -> None:
     items = load_items(GSM8K / "test.jsonl", "question", "answer")
