@@ -62,7 +62,9 @@ def render(doc: dict[str, Any]) -> str:
     ]
     reasons: list[str] = []
     for r in rows:
-        if "layouts" not in r:
+        if "layouts" not in r and "checkpoint" not in r:  # --arch into a new --json
+            cells = ["not measured"] + ["-"] * 4
+        elif "layouts" not in r:
             cells = [_cell(r["checkpoint"], reasons, tolerance)] + ["-"] * 4
         elif "export" not in r:  # it does not build at TP=1: one reason for the row
             cells = [_cell(r["layouts"]["TP=1"], reasons, tolerance)] + ["-"] * 4

@@ -99,3 +99,11 @@ def test_regressions_name_rows_that_passed_and_no_longer_do() -> None:
     assert regressions(baseline, broken) == [
         f"{passing[0]['architecture']}: RuntimeError: broken (x.py:1)"
     ]
+
+
+def test_a_row_never_measured_renders_as_such() -> None:
+    """`--arch X --json new.json` keeps every other row unmeasured; the page says so."""
+    doc = json.loads(matrix.JSON_PATH.read_text())
+    row = next(r for r in doc["rows"] if r["in_matrix"])
+    doc["rows"][doc["rows"].index(row)] = {"architecture": row["architecture"], "in_matrix": True}
+    assert f"| {row['architecture']} | - |  | not measured | - |" in page.render(doc)
