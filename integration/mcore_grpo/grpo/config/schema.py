@@ -216,9 +216,7 @@ class ArithmeticSection:
     # `train_digits` digits, held-out questions removed (0: only what the split leaves).
     train_digits: int = 2
     train_problems: int = 0
-    # With a wider pool: the share of training draws taken by the split's own problems
-    # (repeated in the list), so that an untrained policy still meets problems it can solve.
-    base_share: float = 0.0
+    base_share: float = 0.0  # with a wider pool: the split's share of draws (math_data)
 
 
 @dataclass
