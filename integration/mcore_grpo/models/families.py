@@ -55,6 +55,7 @@ TINY_SIZES: dict[str, Any] = {
     "mamba_d_ssm": 64,
     "mamba_d_state": 16,
     "mamba_chunk_size": 16,
+    "mamba_n_groups": 2,  # megatron-core splits the groups across TP ranks
     "mamba_num_heads": 8,
     "mamba_head_dim": 8,
     "ssm_state_size": 16,
@@ -68,6 +69,10 @@ TINY_SIZES: dict[str, Any] = {
 
 # Per-architecture settings on top of TINY_SIZES, each for a stated reason.
 OVERRIDES: dict[str, dict[str, Any]] = {
+    # Falcon-H1's released checkpoints (0.5B to 34B, H1R) set mamba_norm_before_gate false;
+    # the config class's default is true, which megatron-core's MambaMixer refuses with or
+    # without Transformer Engine (`assert not self.norm_before_gate`). Kept as released.
+    "FalconH1ForCausalLM": {"mamba_norm_before_gate": False},
     # DeepSeek-V4's compressed layers use YaRN in every released checkpoint (Flash, Pro:
     # factor 16 from 65,536 to 1,048,576 positions); the config class's default has plain RoPE.
     # Kept, at the tiny model's length (factor x original = max_position_embeddings).
@@ -124,8 +129,9 @@ def bridge_class(arch: str) -> str:
     return ""
 
 
-def tiny_config(arch: str) -> Any:
-    """The `transformers` config of the tiny `arch` model: its class's defaults, resized."""
+def tiny_config(arch: str, overrides: dict[str, Any] | None = None) -> Any:
+    """The `transformers` config of the tiny `arch` model: its class's defaults, resized, then
+    `overrides` (a test's variant of the family: released multipliers, another norm)."""
     import transformers
 
     config_class = getattr(transformers, arch).config_class
@@ -141,6 +147,7 @@ def tiny_config(arch: str) -> Any:
         if kinds:  # the first two kinds the family interleaves (Gemma 3: 5 sliding, then full)
             sizes[key] = (list(dict.fromkeys(kinds)) * 2)[:2]
     sizes.update(OVERRIDES.get(arch, {}))
+    sizes.update(overrides or {})
     return config_class(architectures=[arch], **sizes)
 
 
@@ -177,7 +184,9 @@ def features(config: Any, parameter_names: Sequence[str]) -> list[str]:
     return found
 
 
-def write_checkpoint(path: Path, arch: str, seed: int = 0) -> list[str]:
+def write_checkpoint(
+    path: Path, arch: str, seed: int = 0, overrides: dict[str, Any] | None = None
+) -> list[str]:
     """`save_pretrained` of a random tiny `arch` model at `path` (fp32) and of the digit task's
     tokenizer (< 256 ids) beside it; the model's `features`. Every
     norm weight and bias is moved off its initial value, so a weight the conversion fails to
@@ -185,7 +194,7 @@ def write_checkpoint(path: Path, arch: str, seed: int = 0) -> list[str]:
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    config = tiny_config(arch)
+    config = tiny_config(arch, overrides)
     model = AutoModelForCausalLM.from_config(config)
     with torch.no_grad():
         for name, param in model.named_parameters():

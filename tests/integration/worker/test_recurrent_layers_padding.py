@@ -1,5 +1,5 @@
-"""Left-padded rows on models with recurrent layers: Mamba-2 (NemotronH) and gated delta net
-(Qwen3.5), through Bridge on the patched megatron-core.
+"""Left-padded rows on models with recurrent layers: Mamba-2 (NemotronH, Falcon-H1) and gated
+delta net (Qwen3.5), through Bridge on the patched megatron-core.
 
 megatron-core's Mamba and gated delta net layers take no padding mask, so a left pad entered
 their state and changed every later output of its row (0.04 and 0.10 in the tiny rows'
@@ -59,7 +59,9 @@ torch.save({"logits": logits, "tokens": out.output_ids.cpu()}, sys.argv[4])
 """
 
 
-@pytest.mark.parametrize("arch", ["NemotronHForCausalLM", "Qwen3_5ForCausalLM"])
+@pytest.mark.parametrize(
+    "arch", ["NemotronHForCausalLM", "Qwen3_5ForCausalLM", "FalconH1ForCausalLM"]
+)
 def test_left_padded_rows_equal_transformers_on_each_prompt_alone(
     tmp_path: Path, arch: str
 ) -> None:
