@@ -104,6 +104,25 @@ def test_child_exit_status_and_failure_are_reported(server: ForkServer, tmp_path
     assert child.returncode == 1 and "ValueError: boom" in err
 
 
+# A state whose multiprocessing child outlives it (a rank of a failed two-rank test, waiting
+# for its dead peer): multiprocessing's exit handler would join it forever.
+LEFTOVER = """
+import multiprocessing, time
+ctx = multiprocessing.get_context("fork")
+ctx.Process(target=time.sleep, args=(3600,)).start()
+print("started")
+"""
+
+
+def test_a_child_process_left_running_by_the_state_is_killed(
+    server: ForkServer, tmp_path: Path
+) -> None:
+    child = server.spawn(["-c", LEFTOVER], dict(os.environ), tmp_path)
+    out, err = child.communicate(timeout=60)
+    assert out == "started\n" and child.returncode == 0, err
+    assert "killed a child process the state left running" in err
+
+
 def test_child_importing_from_the_wrong_tree_trips_the_guard(
     server: ForkServer, tmp_path: Path
 ) -> None:

@@ -145,6 +145,21 @@ def _shadowing(preloaded: Sequence[str], path: Sequence[str]) -> list[str]:
     return out
 
 
+def _kill_leftover_children() -> None:
+    """Kill the multiprocessing children a state left running. multiprocessing's exit handler
+    joins them without a timeout, so one rank of a failed two-rank test, left waiting in a
+    collective for its dead peer, would hang the state and verify with it."""
+    import multiprocessing
+
+    for child in multiprocessing.active_children():
+        print(
+            f"verify: killed a child process the state left running (pid {child.pid})",
+            file=sys.stderr,
+        )
+        child.kill()
+        child.join(timeout=10)
+
+
 def _run_child(request: dict[str, Any], base_path: list[str], preloaded: list[str]) -> int:
     """Run one request's code in this (forked) process; its exit status."""
     env = request["env"]
@@ -183,6 +198,7 @@ def _run_child(request: dict[str, Any], base_path: list[str], preloaded: list[st
     except BaseException:
         traceback.print_exc()
         code = 1
+    _kill_leftover_children()
     try:
         atexit._run_exitfuncs()
     except BaseException:
