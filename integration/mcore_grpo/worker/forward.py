@@ -94,7 +94,7 @@ def model_logits(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
     positions: torch.Tensor,
-    mask: torch.Tensor,
+    mask: torch.Tensor | None,
     inference_context: Any = None,
 ) -> torch.Tensor:
     """[B, S', V] fp32 logits for explicit positions and mask, gathered across TP ranks.

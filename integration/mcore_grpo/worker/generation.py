@@ -4,6 +4,8 @@
 - "static_cache" (default): megatron-core's `StaticInferenceContext`, a prefill then one-token
   decode steps over the KV cache (`static_cache_sampler.py`); per-token cost independent of
   the length generated so far.
+  Models with Mamba layers decode through their recurrent state the same way, prompts fed
+  unpadded (`state_sampler.py`).
 - "recompute": re-runs the whole prefix per token (`recompute_sampler.py`); the reference the
   cached path is tested against, and the fallback where the cache cannot run (sequence
   parallelism; the log says so).
@@ -27,6 +29,7 @@ from collections.abc import Callable
 
 import torch
 
+from mcore_grpo.worker.forward import has_recurrent_layers
 from mcore_grpo.worker.recompute_sampler import generate_recompute
 from mcore_grpo.worker.sampling import (
     DYNAMIC_ENGINE,
@@ -37,6 +40,7 @@ from mcore_grpo.worker.sampling import (
     SamplingParams,
     model_device,
 )
+from mcore_grpo.worker.state_sampler import generate_through_state
 from mcore_grpo.worker.static_cache_sampler import cache_unsupported_reason, generate_static_cache
 
 __all__ = ["GenerationOutput", "SamplingParams", "generate", "resolve_backend"]
@@ -78,6 +82,11 @@ def resolve_backend(model: torch.nn.Module, params: SamplingParams) -> tuple[str
         reason = cache_unsupported_reason(model)
         if reason is not None:
             return RECOMPUTE, f"static_cache unavailable ({reason}); falling back to recompute"
+        if has_recurrent_layers(model):
+            return STATIC_CACHE, (
+                "megatron-core StaticInferenceContext, recurrent state and KV cache, "
+                "prompts fed unpadded"
+            )
         return STATIC_CACHE, "megatron-core StaticInferenceContext, KV cache"
     return RECOMPUTE, "recompute requested (full prefix forward per token, no KV cache)"
 
@@ -98,7 +107,10 @@ def generate(
     if (backend, why) not in _LOGGED:  # once per process and choice: the log says which runs
         _LOGGED.add((backend, why))
         LOG.info("generation backend: %s on %s (%s)", backend, device, why)
-    return _SAMPLERS[backend](
+    sampler = _SAMPLERS[backend]
+    if backend == STATIC_CACHE and has_recurrent_layers(model):
+        sampler = generate_through_state
+    return sampler(
         model,
         prompt_ids.to(device),
         prompt_mask.to(device),

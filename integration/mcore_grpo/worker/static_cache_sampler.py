@@ -42,12 +42,9 @@ def cache_unsupported_reason(model: torch.nn.Module) -> str | None:
     step cannot be split (megatron-core's own static engine turns it off for inference).
     megatron-core's gated delta net layers (Qwen3-Next, Qwen3.5) keep no inference state:
     their forward raises NotImplementedError with an inference context. Its Mamba layers
-    (NemotronH, FalconH1) keep one, but take no padding mask: a left-padded prompt's pads
-    would enter the cached state, and their decode step is mamba-ssm's and causal-conv1d's
-    kernels. Recompute left-aligns such rows (`forward.policy_logits`) and stays exact."""
+    (NemotronH, FalconH1) keep one; they decode through it (`state_sampler`)."""
     from megatron.core import parallel_state
     from megatron.core.ssm.gated_delta_net import GatedDeltaNet, GatedDeltaNet2
-    from megatron.core.ssm.mamba_mixer import MambaMixer
 
     config = getattr(model, "config", None)
     tp = parallel_state.get_tensor_model_parallel_world_size()
@@ -55,8 +52,6 @@ def cache_unsupported_reason(model: torch.nn.Module) -> str | None:
         return "sequence parallelism cannot split a one-token decode step across TP ranks"
     if any(isinstance(m, (GatedDeltaNet, GatedDeltaNet2)) for m in model.modules()):
         return "megatron-core's gated delta net layers keep no inference state"
-    if any(isinstance(m, MambaMixer) for m in model.modules()):
-        return "megatron-core's Mamba layers take no padding mask (left pads would enter the cache)"
     return None
 
 

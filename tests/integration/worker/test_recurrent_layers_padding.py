@@ -3,9 +3,12 @@ delta net (Qwen3.5), through Bridge on the patched megatron-core.
 
 megatron-core's Mamba and gated delta net layers take no padding mask, so a left pad entered
 their state and changed every later output of its row (0.04 and 0.10 in the tiny rows'
-logits). The worker left-aligns such rows (`forward.policy_logits`). The oracle is
+logits). The worker left-aligns such rows (`forward.policy_logits`), and the Mamba rows decode
+through their state with the prompts fed unpadded (`state_sampler`). The oracle is
 `transformers`: its logits of each prompt alone, unpadded, and its greedy `generate` of each
-prompt alone; the worker sees the prompts of different lengths as one left-padded batch.
+prompt alone; the worker sees the prompts of different lengths as one left-padded batch, and
+generates with the default backend and with recompute. A sampled run's logprobs must equal
+the training forward's score of the same tokens.
 
 The worker side runs in a child process: it initialises torch.distributed and megatron-core's
 parallel state, which other tests of the session may hold already.
@@ -27,8 +30,8 @@ LENGTHS = (12, 7)  # the second prompt is left-padded by 5
 pytestmark = pytest.mark.cpu_only(reason="builds the tiny checkpoints on the CPU worker path")
 
 # argv: port, checkpoint, vocab, output file, new tokens, lengths. Saves the worker's logits
-# of the left-padded batch and its greedy tokens of the default backend (recompute: the child
-# fails otherwise).
+# of the left-padded batch, its greedy tokens of the default backend and of recompute, the
+# default backend's name, and a sampled run's logprobs with the training forward's score.
 PADDED_BATCH = """
 import os, sys
 from pathlib import Path
@@ -37,7 +40,8 @@ import torch.distributed as dist
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
 dist.init_process_group("gloo", rank=0, world_size=1)
 from mcore_grpo.models import checks
-from mcore_grpo.worker.forward import policy_logits
+from dataclasses import replace
+from mcore_grpo.worker.forward import next_token_logprobs, policy_logits
 from mcore_grpo.worker.generation import generate, resolve_backend
 from mcore_grpo.worker.sampling import SamplingParams
 vocab = int(sys.argv[3])
@@ -52,16 +56,35 @@ for row, n in enumerate(lengths):
 params = SamplingParams(max_new_tokens=int(sys.argv[5]), greedy=True)
 with checks.imported_model(Path(sys.argv[2]), 1, 1, vocab) as (_, gpt):
     logits = policy_logits(gpt, prompts, mask.bool())[..., :vocab]
-    backend, why = resolve_backend(gpt, params)
-    assert backend == "recompute", (backend, why)
+    backend, _ = resolve_backend(gpt, params)
     out = generate(gpt, prompts, mask, params, vocab)
-torch.save({"logits": logits, "tokens": out.output_ids.cpu()}, sys.argv[4])
+    recompute = generate(gpt, prompts, mask, replace(params, backend="recompute"), vocab)
+    sampled = generate(
+        gpt, prompts, mask, replace(params, greedy=False, temperature=0.7), vocab,
+        torch.Generator().manual_seed(0),
+    )
+    scored = next_token_logprobs(
+        policy_logits(gpt, sampled.output_ids, sampled.attention_mask.bool()),
+        sampled.output_ids, vocab, 0.7,
+    )
+torch.save({
+    "logits": logits, "tokens": out.output_ids.cpu(), "recompute": recompute.output_ids,
+    "backend": backend, "sampled_logp": sampled.logprobs[:, 1:],
+    "scored_logp": scored * sampled.generated_mask[:, 1:],
+}, sys.argv[4])
 """
 
 
-@pytest.mark.parametrize(
-    "arch", ["NemotronHForCausalLM", "Qwen3_5ForCausalLM", "FalconH1ForCausalLM"]
-)
+# The default backend per architecture: Mamba layers decode through their state; megatron-core's
+# gated delta net keeps none at the pin, so Qwen3.5 falls back to recompute.
+DEFAULT_BACKEND = {
+    "NemotronHForCausalLM": "static_cache",
+    "Qwen3_5ForCausalLM": "recompute",
+    "FalconH1ForCausalLM": "static_cache",
+}
+
+
+@pytest.mark.parametrize("arch", sorted(DEFAULT_BACKEND))
 def test_left_padded_rows_equal_transformers_on_each_prompt_alone(
     tmp_path: Path, arch: str
 ) -> None:
@@ -82,6 +105,9 @@ def test_left_padded_rows_equal_transformers_on_each_prompt_alone(
         ",".join(map(str, LENGTHS)),
     )
     got = torch.load(out_file)
+    assert got["backend"] == DEFAULT_BACKEND[arch]
+    torch.testing.assert_close(got["sampled_logp"], got["scored_logp"], rtol=1e-4, atol=1e-4)
+    assert bool(got["sampled_logp"].ne(0).any())
     width = max(LENGTHS)
     for row, n in enumerate(LENGTHS):
         prompt = ids[row : row + 1, :n]
@@ -94,3 +120,4 @@ def test_left_padded_rows_equal_transformers_on_each_prompt_alone(
             prompt, max_new_tokens=NEW_TOKENS, do_sample=False, min_new_tokens=NEW_TOKENS
         )
         assert torch.equal(got["tokens"][row, width - n :], expected[0]), row
+        assert torch.equal(got["recompute"][row, width - n :], expected[0]), row
