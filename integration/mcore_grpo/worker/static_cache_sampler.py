@@ -40,18 +40,18 @@ def cache_unsupported_reason(model: torch.nn.Module) -> str | None:
 
     Sequence parallelism splits the sequence across tensor-parallel ranks; a one-token decode
     step cannot be split (megatron-core's own static engine turns it off for inference).
-    megatron-core's gated delta net layers (Qwen3-Next, Qwen3.5) keep no inference state:
-    their forward raises NotImplementedError with an inference context. Its Mamba layers
-    (NemotronH, FalconH1) keep one; they decode through it (`state_sampler`)."""
+    megatron-core's gated delta net 2 layers keep no inference state: their forward raises
+    NotImplementedError with an inference context. Its Mamba (NemotronH, FalconH1) and gated
+    delta net layers (Qwen3-Next, Qwen3.5) keep one; they decode through it (`state_sampler`)."""
     from megatron.core import parallel_state
-    from megatron.core.ssm.gated_delta_net import GatedDeltaNet, GatedDeltaNet2
+    from megatron.core.ssm.gated_delta_net import GatedDeltaNet2
 
     config = getattr(model, "config", None)
     tp = parallel_state.get_tensor_model_parallel_world_size()
     if config is not None and getattr(config, "sequence_parallel", False) and tp > 1:
         return "sequence parallelism cannot split a one-token decode step across TP ranks"
-    if any(isinstance(m, (GatedDeltaNet, GatedDeltaNet2)) for m in model.modules()):
-        return "megatron-core's gated delta net layers keep no inference state"
+    if any(isinstance(m, GatedDeltaNet2) for m in model.modules()):
+        return "megatron-core's gated delta net 2 layers keep no inference state"
     return None
 
 
