@@ -64,7 +64,13 @@ def test_tp2_tokens_through_the_state_equal_transformers(tmp_path: Path, arch: s
     vocab = hf.config.vocab_size
     out_file = tmp_path / "out.pt"
     port = str(free_port())
-    args = (str(checkpoint), str(vocab), str(out_file), str(NEW_TOKENS), ",".join(map(str, LENGTHS)))
+    args = (
+        str(checkpoint),
+        str(vocab),
+        str(out_file),
+        str(NEW_TOKENS),
+        ",".join(map(str, LENGTHS)),
+    )
     ranks = [python_c(RANK, port, str(rank), *args) for rank in (0, 1)]
     try:
         for proc in ranks:
