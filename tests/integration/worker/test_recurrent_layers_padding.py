@@ -8,7 +8,8 @@ through their state with the prompts fed unpadded (`state_sampler`). The oracle 
 `transformers`: its logits of each prompt alone, unpadded, and its greedy `generate` of each
 prompt alone; the worker sees the prompts of different lengths as one left-padded batch, and
 generates with the default backend and with recompute. A sampled run's logprobs must equal
-the training forward's score of the same tokens.
+the training forward's score of the same tokens, and a run where one row meets a stop token
+equals recompute's in every output field.
 
 The worker side runs in a child process: it initialises torch.distributed and megatron-core's
 parallel state, which other tests of the session may hold already.
@@ -67,10 +68,15 @@ with checks.imported_model(Path(sys.argv[2]), 1, 1, vocab) as (_, gpt):
         policy_logits(gpt, sampled.output_ids, sampled.attention_mask.bool()),
         sampled.output_ids, vocab, 0.7,
     )
+    # A stop token: the shorter prompt's third greedy token, so that row stops early.
+    stop = replace(params, stop_token_ids=(int(out.output_ids[1, width + 2]),))
+    stopped = [generate(gpt, prompts, mask, replace(stop, backend=b), vocab)
+               for b in ("static_cache", "recompute")]
 torch.save({
     "logits": logits, "tokens": out.output_ids.cpu(), "recompute": recompute.output_ids,
     "backend": backend, "sampled_logp": sampled.logprobs[:, 1:],
     "scored_logp": scored * sampled.generated_mask[:, 1:],
+    "stopped": [[o.output_ids, o.attention_mask, o.generated_mask, o.logprobs] for o in stopped],
 }, sys.argv[4])
 """
 
@@ -101,6 +107,10 @@ def test_left_padded_rows_equal_transformers_on_each_prompt_alone(
     assert got["backend"] == "static_cache"  # through the recurrent state
     torch.testing.assert_close(got["sampled_logp"], got["scored_logp"], rtol=1e-4, atol=1e-4)
     assert bool(got["sampled_logp"].ne(0).any())
+    cached, recomputed = got["stopped"]
+    assert int(cached[2][1].sum()) <= 3  # the row stopped at its stop token
+    for ours, reference in zip(cached, recomputed, strict=True):
+        torch.testing.assert_close(ours, reference, rtol=1e-4, atol=1e-5)
     width = max(LENGTHS)
     for row, n in enumerate(LENGTHS):
         prompt = ids[row : row + 1, :n]
