@@ -26,11 +26,16 @@ print("DIFF", checks.logits_difference(Path(sys.argv[2]), 1, 1, families.TINY_SI
 NVTE_BACKEND_VARS = ("NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN", "NVTE_UNFUSED_ATTN")
 
 
+def without_backend_vars(script: str) -> str:
+    """`script`, starting without this process's NVTE attention-backend variables."""
+    prelude = f"import os\nfor _name in {NVTE_BACKEND_VARS!r}:\n    os.environ.pop(_name, None)\n"
+    return prelude + script
+
+
 def child_run(script: str, *args: str, timeout: float = 600) -> str:
     """Run `script` with a free port and `args` as its argv; its stdout (it must exit 0).
     The child starts without this process's NVTE attention-backend variables."""
-    prelude = f"import os\nfor _name in {NVTE_BACKEND_VARS!r}:\n    os.environ.pop(_name, None)\n"
-    proc = python_c(prelude + script, str(free_port()), *args)
+    proc = python_c(without_backend_vars(script), str(free_port()), *args)
     stdout, stderr = proc.communicate(timeout=timeout)
     assert proc.returncode == 0, stderr[-4000:]
     return stdout

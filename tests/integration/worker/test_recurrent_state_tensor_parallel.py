@@ -14,6 +14,7 @@ import pytest
 import torch
 from mcore_grpo.models import checks, families
 
+from tests.support.model_checks import without_backend_vars
 from tests.support.ports import free_port
 from tests.support.python_process import python_c
 
@@ -71,7 +72,9 @@ def test_tp2_tokens_through_the_state_equal_transformers(tmp_path: Path, arch: s
         str(NEW_TOKENS),
         ",".join(map(str, LENGTHS)),
     )
-    ranks = [python_c(RANK, port, str(rank), *args) for rank in (0, 1)]
+    # Each rank starts without the NVTE attention-backend variables that an earlier test's
+    # Bridge provider may have set in this process.
+    ranks = [python_c(without_backend_vars(RANK), port, str(rank), *args) for rank in (0, 1)]
     try:
         for proc in ranks:
             _, stderr = proc.communicate(timeout=600)
