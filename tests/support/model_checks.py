@@ -21,6 +21,19 @@ print("DIFF", checks.logits_difference(Path(sys.argv[2]), 1, 1, families.TINY_SI
 """
 
 
+# Script text for a child: `prompts` and `mask`, row i the first n ids of row i of
+# `checks.tokens(vocab)` for the i-th n of `lengths`, left-padded to the longest (`width`).
+# Needs `checks`, `torch`, `vocab` and `lengths` defined before it.
+LEFT_PADDED_PROMPTS = """
+ids = checks.tokens(vocab)
+width = max(lengths)
+prompts = torch.zeros(len(lengths), width, dtype=ids.dtype)
+mask = torch.zeros(len(lengths), width, dtype=torch.long)
+for row, n in enumerate(lengths):
+    prompts[row, width - n:] = ids[row, :n]
+    mask[row, width - n:] = 1
+"""
+
 # Set by a Bridge provider's finalize() in the process that built one; a child that inherits
 # them refuses the attention backend it picks itself.
 NVTE_BACKEND_VARS = ("NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN", "NVTE_UNFUSED_ATTN")

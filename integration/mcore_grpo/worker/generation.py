@@ -4,8 +4,8 @@
 - "static_cache" (default): megatron-core's `StaticInferenceContext`, a prefill then one-token
   decode steps over the KV cache (`static_cache_sampler.py`); per-token cost independent of
   the length generated so far.
-  Models with Mamba layers decode through their recurrent state the same way, prompts fed
-  unpadded (`state_sampler.py`).
+  Models with Mamba-2 or gated delta net layers decode through their recurrent state the same
+  way, prompts fed unpadded (`state_sampler.py`).
 - "recompute": re-runs the whole prefix per token (`recompute_sampler.py`); the reference the
   cached path is tested against, and the fallback where the cache cannot run (sequence
   parallelism; the log says so).

@@ -1,8 +1,9 @@
 """Sampling through the recurrent state: megatron-core's `StaticInferenceContext` for models
-with Mamba-2 layers (NemotronH, Falcon-H1), one token per forward after a prefill.
+with Mamba-2 (NemotronH, Falcon-H1) or gated delta net layers (Qwen3-Next, Qwen3.5), one token
+per forward after a prefill.
 
-A Mamba layer carries a conv state and an SSM state per row instead of a KV cache, and takes no
-padding mask: a left pad would enter the state (`forward.has_recurrent_layers`). So no row is
+Such a layer carries a conv state and a recurrent state per row instead of a KV cache, and takes
+no padding mask: a left pad would enter the state (`forward.has_recurrent_layers`). So no row is
 padded here. Each row's prompt is left-aligned, the prefill takes the first `m` tokens of every
 row (`m` = the shortest prompt), and each decode step feeds every row one token at the same
 position: its next prompt token while it has one, else the token sampled from its last logits.
@@ -47,14 +48,14 @@ def generate_through_state(
 
     batch, plen = prompt_ids.shape
     lengths = prompt_mask.bool().sum(dim=1)
-    if int(lengths.min()) == 0:
+    shortest = int(lengths.min())
+    if shortest == 0:
         empty = int((lengths == 0).nonzero()[0])
         raise ValueError(
             f"prompt row {empty} has no real token (prompt_mask is all 0): a recurrent state "
             "cannot start from nothing; drop the row or give it a token."
         )
     aligned = roll_rows(prompt_ids, leading_pads(prompt_mask))
-    shortest = int(lengths.min())
     device = prompt_ids.device
     new_tokens = torch.full(
         (batch, params.max_new_tokens), params.pad_token_id, dtype=torch.long, device=device
@@ -72,8 +73,9 @@ def generate_through_state(
         context.enable_decode_mode()
         fed = shortest
         while True:
-            sampling = (fed >= lengths) & ~done
-            next_input = aligned[:, min(fed, plen - 1)].clone()
+            past_prompt = fed >= lengths
+            sampling = past_prompt & ~done
+            next_input = aligned[:, min(fed, plen - 1)]
             if bool(sampling.any()):
                 token, logp = sample_next(logits[:, -1, :], params, vocab_size, generator)
                 at = produced.clamp(max=params.max_new_tokens - 1)
@@ -81,7 +83,7 @@ def generate_through_state(
                 new_logp[rows[sampling], at[sampling]] = logp[sampling]
                 produced += sampling.long()
                 done |= sampling & (torch.isin(token, stops) | (produced >= params.max_new_tokens))
-                next_input = torch.where(fed >= lengths, token, next_input)
+                next_input = torch.where(past_prompt, token, next_input)
             if bool(done.all()):
                 break
             position = torch.full((batch, 1), fed, dtype=torch.long, device=device)

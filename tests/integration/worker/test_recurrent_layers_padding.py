@@ -23,7 +23,7 @@ import pytest
 import torch
 from mcore_grpo.models import checks, families
 
-from tests.support.model_checks import child_run
+from tests.support.model_checks import LEFT_PADDED_PROMPTS, child_run
 
 NEW_TOKENS = 6
 LENGTHS = (12, 7)  # the second prompt is left-padded by 5
@@ -33,7 +33,8 @@ pytestmark = pytest.mark.cpu_only(reason="builds the tiny checkpoints on the CPU
 # argv: port, checkpoint, vocab, output file, new tokens, lengths. Saves the worker's logits
 # of the left-padded batch, its greedy tokens of the default backend and of recompute, the
 # default backend's name, and a sampled run's logprobs with the training forward's score.
-PADDED_BATCH = """
+PADDED_BATCH = (
+    """
 import os, sys
 from pathlib import Path
 import torch
@@ -47,13 +48,9 @@ from mcore_grpo.worker.generation import generate, resolve_backend
 from mcore_grpo.worker.sampling import SamplingParams
 vocab = int(sys.argv[3])
 lengths = [int(n) for n in sys.argv[6].split(",")]
-ids = checks.tokens(vocab)
-width = max(lengths)
-prompts = torch.zeros(len(lengths), width, dtype=ids.dtype)
-mask = torch.zeros(len(lengths), width, dtype=torch.long)
-for row, n in enumerate(lengths):
-    prompts[row, width - n:] = ids[row, :n]
-    mask[row, width - n:] = 1
+"""
+    + LEFT_PADDED_PROMPTS
+    + """
 params = SamplingParams(max_new_tokens=int(sys.argv[5]), greedy=True)
 with checks.imported_model(Path(sys.argv[2]), 1, 1, vocab) as (_, gpt):
     logits = policy_logits(gpt, prompts, mask.bool())[..., :vocab]
@@ -79,6 +76,7 @@ torch.save({
     "stopped": [[o.output_ids, o.attention_mask, o.generated_mask, o.logprobs] for o in stopped],
 }, sys.argv[4])
 """
+)
 
 
 @pytest.mark.parametrize(

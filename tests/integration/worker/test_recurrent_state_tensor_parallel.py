@@ -14,7 +14,7 @@ import pytest
 import torch
 from mcore_grpo.models import checks, families
 
-from tests.support.model_checks import without_backend_vars
+from tests.support.model_checks import LEFT_PADDED_PROMPTS, without_backend_vars
 from tests.support.ports import free_port
 from tests.support.python_process import python_c
 
@@ -25,7 +25,8 @@ pytestmark = pytest.mark.cpu_only(reason="builds the tiny checkpoints on the CPU
 
 # argv: port, rank, checkpoint, vocab, output file, new tokens, lengths. Rank 0 saves the
 # greedy tokens and the backend that ran.
-RANK = """
+RANK = (
+    """
 import os, sys
 from pathlib import Path
 import torch
@@ -38,13 +39,9 @@ from mcore_grpo.worker.generation import generate, resolve_backend
 from mcore_grpo.worker.sampling import SamplingParams
 vocab = int(sys.argv[4])
 lengths = [int(n) for n in sys.argv[7].split(",")]
-ids = checks.tokens(vocab)
-width = max(lengths)
-prompts = torch.zeros(len(lengths), width, dtype=ids.dtype)
-mask = torch.zeros(len(lengths), width, dtype=torch.long)
-for row, n in enumerate(lengths):
-    prompts[row, width - n:] = ids[row, :n]
-    mask[row, width - n:] = 1
+"""
+    + LEFT_PADDED_PROMPTS
+    + """
 params = SamplingParams(max_new_tokens=int(sys.argv[6]), greedy=True)
 with checks.imported_model(Path(sys.argv[3]), 2, 1, vocab) as (_, gpt):
     backend, _ = resolve_backend(gpt, params)
@@ -53,6 +50,7 @@ if rank == 0:
     torch.save({"backend": backend, "tokens": out.output_ids.cpu()}, sys.argv[5])
 dist.destroy_process_group()
 """
+)
 
 
 @pytest.mark.parametrize("arch", ["NemotronHForCausalLM", "Qwen3_5ForCausalLM"])
