@@ -39,9 +39,11 @@ def test_actors_run_at_the_drivers_niceness(monkeypatch: pytest.MonkeyPatch) -> 
     assert actor_niceness == os.nice(0)
 
 
+# address="local": a new cluster even where /tmp/ray/ray_current_cluster names one (a stale
+# file of a killed run made a bare ray.init() try to attach and raise).
 OTHER_RUN = """
 import sys, time, ray
-ray.init(num_cpus=1, include_dashboard=False)
+ray.init(address="local", num_cpus=1, include_dashboard=False)
 print(ray.get_runtime_context().gcs_address, flush=True)
 time.sleep(600)
 """
