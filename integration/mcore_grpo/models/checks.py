@@ -3,7 +3,8 @@
 Each goes through the worker's own path (`worker.model.build_gpt` for the import,
 `worker.hf_export.export_hf` for the export, `MegatronPolicyWorker.train` with the GRPO loss for
 the step), so the matrix says what a user's run would do, not what a side path does. The
-oracle is `transformers`: its logits from the same files, fp32.
+oracle is `transformers`: its logits from the same files, fp32 (with `oracle`'s corrections
+where the pinned release is measured wrong).
 """
 
 from __future__ import annotations
@@ -33,9 +34,13 @@ def transformers_logits(checkpoint: Path, vocab: int) -> torch.Tensor:
     written once, so a row's layouts and its export check load it once per rank)."""
     from transformers import AutoModelForCausalLM
 
-    with torch.no_grad():
-        model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
-        return model(tokens(vocab)).logits
+    from mcore_grpo.models import oracle
+
+    arch = oracle.architecture(checkpoint)
+    options = {"attn_implementation": oracle.ATTENTION[arch]} if arch in oracle.ATTENTION else {}
+    with torch.no_grad(), oracle.corrected(arch):
+        model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32, **options)
+        return model.eval()(tokens(vocab)).logits
 
 
 def worker_config(checkpoint: Path, tp: int, ep: int, vocab: int) -> WorkerConfig:

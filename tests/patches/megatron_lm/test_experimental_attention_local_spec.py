@@ -11,10 +11,11 @@ which is only imported with Transformer Engine: without TE no such model gets a 
 With the patch ``transformer_impl="local"`` gives the local backend: a gated delta net layer
 projects with a plain column-parallel linear after the layer's own input norm (the local
 backend has no fused norm + linear), the standard attention layers are the local GPT spec's,
-sparse attention refuses in one line, and TE requested without TE installed is an
+and TE requested without TE installed is an
 `ImportError` that names the fix. The oracle for the standard layers: the same block from
 `get_gpt_decoder_block_spec(use_transformer_engine=False)` with the same weights gives the same
-output.
+output. (The patch alone refuses sparse attention in one line; sparse-attention-local-backend.patch
+builds it, tripwired in test_sparse_attention_local_spec.py.)
 """
 
 from __future__ import annotations
@@ -93,27 +94,6 @@ def test_transformer_engine_without_it_names_the_fix(mcore_parallel: None) -> No
     config.transformer_impl = "transformer_engine"
     with pytest.raises(ImportError, match="transformer_impl='local'"):
         specs.get_transformer_block_with_experimental_attention_variant_spec(config)
-
-
-def test_sparse_attention_refuses_the_local_backend_in_one_line(mcore_parallel: None) -> None:
-    from megatron.core.models.gpt.experimental_attention_variant_module_specs import (
-        get_transformer_block_with_experimental_attention_variant_spec,
-    )
-
-    config = _config(
-        experimental_attention_variant="dsa",
-        multi_latent_attention=True,
-        q_lora_rank=16,
-        kv_lora_rank=16,
-        qk_head_dim=8,
-        qk_pos_emb_head_dim=8,
-        v_head_dim=8,
-        dsa_indexer_n_heads=2,
-        dsa_indexer_head_dim=8,
-        dsa_indexer_topk=4,
-    )
-    with pytest.raises(ValueError, match="needs transformer_impl='transformer_engine'"):
-        get_transformer_block_with_experimental_attention_variant_spec(config)
 
 
 def test_standard_layers_run_as_the_local_gpt_block(mcore_device: str) -> None:
