@@ -168,6 +168,8 @@ def features(config: Any, parameter_names: Sequence[str]) -> list[str]:
         found.append("MLA")
     elif groups and heads and groups < heads:
         found.append("GQA")
+    if any(".indexer." in n for n in parameter_names):  # DeepSeek's lightning indexer (DSA)
+        found.append("sparse attention")
     if any(".experts." in n for n in parameter_names):  # configs name the field many ways
         found.append("MoE")
     if any("shared_expert" in n for n in parameter_names):
