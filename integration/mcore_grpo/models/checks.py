@@ -44,7 +44,11 @@ def transformers_logits(checkpoint: Path, vocab: int) -> torch.Tensor:
 
 
 def worker_config(checkpoint: Path, tp: int, ep: int, vocab: int) -> WorkerConfig:
-    """The fp32 CPU worker config of `checkpoint` (`vocab` ids) at TP=`tp` x EP=`ep`."""
+    """The fp32 CPU worker config of `checkpoint` (`vocab` ids) at TP=`tp` x EP=`ep`, with
+    sequence parallelism at TP > 1 for the architectures `families.SEQUENCE_PARALLEL` names."""
+    from mcore_grpo.models import families, oracle
+
+    sequence_parallel = tp > 1 and oracle.architecture(checkpoint) in families.SEQUENCE_PARALLEL
     return WorkerConfig(
         device="cpu",
         model=ModelConfig(hf_checkpoint=str(checkpoint), vocab_size=vocab),
@@ -52,6 +56,7 @@ def worker_config(checkpoint: Path, tp: int, ep: int, vocab: int) -> WorkerConfi
             tensor_model_parallel_size=tp,
             expert_model_parallel_size=ep,
             expert_tensor_parallel_size=1,
+            sequence_parallel=sequence_parallel,
         ),
     )
 

@@ -96,6 +96,23 @@ OVERRIDES: dict[str, dict[str, Any]] = {
 }
 
 
+# Where upstream stands on a row that fails, measured in the upstream repositories (the page
+# prints it under the row's error).
+UPSTREAM_STATUS: dict[str, str] = {
+    "DeepseekV4ForCausalLM": (
+        "Bridge's DeepSeekV4Bridge sets experimental_attention_variant='dsv4_hybrid', which "
+        "megatron-core has only on its dev branch (deepseek_v4_hybrid_attention.py, dev at "
+        "d48bd6be, 2026-08-21): not at the pin 14346b65 nor on main at d98e8a64 (2026-08-22). "
+        "A port of that branch's attention is not a patch this series can carry."
+    ),
+}
+
+# Architectures measured with sequence parallelism at TP > 1, each for a stated reason.
+# GLM-5: megatron-core's absorbed MLA asserts it ("AbsorbedMLA requires sequence_parallel when
+# tensor_model_parallel_size > 1"), as DeepSeek-V3.2 and GLM-5 are trained.
+SEQUENCE_PARALLEL: frozenset[str] = frozenset({"GlmMoeDsaForCausalLM"})
+
+
 @dataclass(frozen=True)
 class Row:
     """One architecture of Bridge's list: in the matrix, or outside it and why."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcore_grpo.models.families import Row
+from mcore_grpo.models.families import UPSTREAM_STATUS, Row
 from mcore_grpo.models.verdict import passes, step_passes
 
 COLUMNS = ("TP=1", "TP=2", "EP=2")
@@ -82,6 +82,13 @@ def render(doc: dict[str, Any]) -> str:
         # A reason may quote code in backticks itself; inside a code span they would end it.
         quoted = [reason.replace("`", "'") for reason in reasons]
         lines += [f"{i}. `{reason}`" for i, reason in enumerate(quoted, 1)]
+    upstream = [
+        f"- {r['architecture']}: {UPSTREAM_STATUS[r['architecture']]}"
+        for r in rows
+        if r["architecture"] in UPSTREAM_STATUS and not passes(r)
+    ]
+    if upstream:
+        lines += ["", "Where upstream stands on the failing rows:", "", *upstream]
     lines += [
         "",
         "## Outside the matrix",

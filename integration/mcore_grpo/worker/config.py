@@ -237,17 +237,11 @@ class WorkerConfig:
             raise ValueError(
                 "WorkerConfig.parallel: megatron-core trains MoE layers at "
                 "tensor_model_parallel_size > 1 only with sequence_parallel=True (its MoELayer "
-                "refuses otherwise), which needs Transformer Engine's LayerNorm on a GPU; on a "
-                "CPU spread the experts with expert_model_parallel_size instead"
+                "refuses otherwise): set it, or spread the experts with "
+                "expert_model_parallel_size instead"
             )
         if p.sequence_parallel and p.tensor_model_parallel_size == 1:
             raise ValueError(
                 "WorkerConfig.parallel.sequence_parallel needs tensor_model_parallel_size > 1 "
                 "(it splits the sequence over the TP ranks)."
-            )
-        if p.sequence_parallel and self.device == "cpu":
-            raise NotImplementedError(
-                "WorkerConfig.parallel.sequence_parallel needs Transformer Engine's or apex's "
-                "LayerNorm (megatron-core: 'sequence parallel not supported by torch "
-                "LayerNorm'); the CPU local spec has neither. Use False on CPU."
             )

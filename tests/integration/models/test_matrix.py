@@ -8,7 +8,10 @@ the Megatron-LM attention patch), and gated delta net layers between attention l
 (Qwen3.5: the Megatron-LM local experimental-attention spec and FLA-free GDN patches, and the
 worker's transformer_impl='local'), and an attention sink with sliding windows (GPT-OSS: its
 export went through Bridge's class-name layout lookup, which the worker's SDPA attention class
-missed until `hf_export.register_worker_modules`). Qwen2/Qwen3/Qwen3-MoE have their own tests
+missed until `hf_export.register_worker_modules`), and sparse attention on absorbed MLA with
+sequence parallelism at TP=2 (GLM-5: the Megatron-LM sparse-attention, MLA latent-norm and
+torch-norm patches, Bridge's local-Linear mapping, and `oracle`'s corrections of transformers
+5.8.1). Qwen2/Qwen3/Qwen3-MoE have their own tests
 (tests/integration/worker/test_hf_bridge.py). The oracle is `transformers` (inside `checks`);
 this file adds that the sample rows still pass, and that the committed page is what the
 committed measurement renders.
@@ -32,6 +35,7 @@ SAMPLE = (
     "Qwen3_5ForCausalLM",
     "GptOssForCausalLM",
     "NemotronHForCausalLM",
+    "GlmMoeDsaForCausalLM",
 )
 
 

@@ -8,15 +8,24 @@ for RMSNorm). Unpatched it asserts two config flags off that Megatron-Bridge's p
 - `layernorm_zero_centered_gamma`: the Gemma family's norms scale by (1 + weight), and Bridge
   maps them to megatron-core's zero-centered gamma.
 
-The oracle for the second is `transformers`' own `GemmaRMSNorm` with the same weight.
+- `sequence_parallel`: the norm computes the same function on part of the sequence; its weights'
+  gradients must then be summed over the tensor-parallel group (as Apex's and TE's norms are).
+
+The oracle for the second is `transformers`' own `GemmaRMSNorm` with the same weight; for the
+third, the same model at TP=1 and `transformers`' logits.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+
+from tests.support.ports import free_port
 
 HIDDEN = 16
 
@@ -70,3 +79,31 @@ def test_zero_centered_rms_norm_equals_gemmas() -> None:
         gemma.weight.copy_(weight)
     x = torch.randn(3, HIDDEN, generator=torch.Generator().manual_seed(2))
     torch.testing.assert_close(norm(x), gemma(x), rtol=0, atol=1e-6)
+
+
+SP_WORKER = Path(__file__).with_name("_torch_norm_sp_worker.py")
+
+
+@pytest.mark.timeout(900)
+def test_sequence_parallel_norm_grads_match_tp1(tmp_path: Path) -> None:
+    """Sequence parallelism with the torch norm: unpatched, `WrappedTorchNorm` asserts it off
+    ("sequence parallel not supported by torch LayerNorm"). Each TP rank then norms half the
+    sequence, so the norm weights' gradients must be summed over the TP group, which
+    finalize_model_grads does for weights marked `sequence_parallel`. A tiny Llama at TP=2 with
+    sequence parallelism: logits within 1e-4 of transformers', norm gradients those of TP=1."""
+    from mcore_grpo.models import families
+
+    checkpoint = tmp_path / "llama"
+    families.write_checkpoint(checkpoint, "LlamaForCausalLM")
+    result = tmp_path / "result.pt"
+    proc = subprocess.run(
+        [sys.executable, str(SP_WORKER), str(free_port()), str(checkpoint), str(result)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = torch.load(result)
+    assert out["tp1"] <= 1e-4 and out["tp2"] <= 1e-4, out
+    assert out["smallest"] > 1e-3, out  # every norm has a gradient to compare
+    assert out["norm_grad"] <= 1e-5, out
