@@ -76,8 +76,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # DeepSeek-V4's compressed layers use YaRN in every released checkpoint (Flash, Pro:
     # factor 16 from 65,536 to 1,048,576 positions); the config class's default has plain RoPE.
     # Kept, at the tiny model's length (factor x original = max_position_embeddings).
-    # GLM-5: the released configs (GLM-5.1, 5.2) set rope_interleave and indexer_rope_interleave
-    # true, which the config class does not define. index_topk 4 of the 12 tokens, so the
+    # GLM-5: released configs set rope_interleave (GLM-5.1, 5.2) and indexer_rope_interleave
+    # (5.2) true, fields the config class does not define. index_topk 4 of the 12 tokens, so the
     # indexer's choice changes the logits (the default, 2048, selects every key at this length).
     "GlmMoeDsaForCausalLM": {
         "rope_interleave": True,

@@ -4,8 +4,8 @@ how the matrix runs it instead. Each correction is measured here and is what a l
 
 - GLM-5 (`GlmMoeDsaForCausalLM`): 5.8.1 rotates the main attention's and the indexer's RoPE
   dimensions as halves (`rotate_half`), but GLM-5 checkpoints lay them out in interleaved pairs,
-  as DeepSeek's do (`rope_interleave` / `indexer_rope_interleave` true in GLM-5.1's and 5.2's
-  config.json; megatron-core's MLA, vLLM and mlx-lm rotate pairs). transformers fixed both
+  as DeepSeek's do (`rope_interleave` true in GLM-5.1's and 5.2's config.json,
+  `indexer_rope_interleave` true in 5.2's; megatron-core's MLA and mlx-lm rotate pairs). transformers fixed both
   (PR #46372 for the attention, #46842 for the indexer; 5.23.0 calls
   `apply_rotary_pos_emb_interleave` in both places). Measured on the matrix's tiny GLM-5:
   megatron vs 5.8.1 as is 2.7e-03, vs 5.8.1 with pairs rotated 7.1e-05.
