@@ -5,49 +5,16 @@ megatron's TP gradient reduction (`_allreduce_non_tensor_model_parallel_grads`) 
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from pathlib import Path
-from typing import Any, cast
 
 import torch
 import torch.distributed as dist
 
-
-def grads(checkpoint: Path, tp: int, vocab: int) -> tuple[float, dict[str, torch.Tensor]]:
-    from mcore_grpo.models import checks
-    from mcore_grpo.worker.cpu import cpu_device, model_parallel_seed
-    from mcore_grpo.worker.model import build_gpt
-    from megatron.core import parallel_state
-    from megatron.core.distributed.finalize_model_grads import (
-        _allreduce_non_tensor_model_parallel_grads,
-    )
-
-    parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp)
-    try:
-        model_parallel_seed(0, "cpu")
-        config = checks.worker_config(checkpoint, tp, 1, vocab)
-        parallel = dataclasses.replace(config.parallel, sequence_parallel=tp > 1)
-        config = dataclasses.replace(config, parallel=parallel)
-        with cpu_device("cpu"):
-            tcfg, gpt = build_gpt(config)
-            logits = checks.megatron_logits(gpt, vocab)
-            weight = torch.randn(logits.shape, generator=torch.Generator().manual_seed(3))
-            (logits * weight).sum().backward()
-            for p in gpt.parameters():  # what DDP's buffers hold for finalize_model_grads
-                cast(Any, p).main_grad = p.grad
-            gpt.ddp_config = type("C", (), {"use_megatron_fsdp": False})()
-            _allreduce_non_tensor_model_parallel_grads([gpt], tcfg)
-            out = {
-                n: cast(Any, p).main_grad.clone()
-                for n, p in gpt.named_parameters()
-                if "layernorm" in n
-            }
-        diff = checks.max_diff(logits.detach(), checks.transformers_logits(checkpoint, vocab))
-        return diff, out
-    finally:
-        parallel_state.destroy_model_parallel()
+# Run as a script: the repository root, for the shared rank half in tests/patches/tp_grads.py.
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+from tests.patches.tp_grads import norm_grads
 
 
 def main(rank: int, world: int, port: int, checkpoint: str, result: str) -> None:
@@ -56,8 +23,8 @@ def main(rank: int, world: int, port: int, checkpoint: str, result: str) -> None
     from mcore_grpo.models import families
 
     vocab = families.TINY_SIZES["vocab_size"]
-    d1, g1 = grads(Path(checkpoint), 1, vocab)
-    d2, g2 = grads(Path(checkpoint), 2, vocab)
+    d1, g1 = norm_grads(Path(checkpoint), 1, vocab)
+    d2, g2 = norm_grads(Path(checkpoint), 2, vocab, sequence_parallel=True)
     assert sorted(g1) == sorted(g2) and g1, (sorted(g1), sorted(g2))
     worst = max(float((g1[n] - g2[n]).abs().max()) for n in g1)
     smallest = min(float(g1[n].abs().max()) for n in g1)
