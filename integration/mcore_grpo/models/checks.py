@@ -34,9 +34,9 @@ def transformers_logits(checkpoint: Path, vocab: int) -> torch.Tensor:
     written once, so a row's layouts and its export check load it once per rank)."""
     from transformers import AutoModelForCausalLM
 
-    from mcore_grpo.models import oracle
+    from mcore_grpo.models import families, oracle
 
-    arch = oracle.architecture(checkpoint)
+    arch = families.architecture(checkpoint)
     options = {"attn_implementation": oracle.ATTENTION[arch]} if arch in oracle.ATTENTION else {}
     with torch.no_grad(), oracle.corrected(arch):
         model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32, **options)
@@ -46,9 +46,9 @@ def transformers_logits(checkpoint: Path, vocab: int) -> torch.Tensor:
 def worker_config(checkpoint: Path, tp: int, ep: int, vocab: int) -> WorkerConfig:
     """The fp32 CPU worker config of `checkpoint` (`vocab` ids) at TP=`tp` x EP=`ep`, with
     sequence parallelism at TP > 1 for the architectures `families.SEQUENCE_PARALLEL` names."""
-    from mcore_grpo.models import families, oracle
+    from mcore_grpo.models import families
 
-    sequence_parallel = tp > 1 and oracle.architecture(checkpoint) in families.SEQUENCE_PARALLEL
+    sequence_parallel = tp > 1 and families.architecture(checkpoint) in families.SEQUENCE_PARALLEL
     return WorkerConfig(
         device="cpu",
         model=ModelConfig(hf_checkpoint=str(checkpoint), vocab_size=vocab),

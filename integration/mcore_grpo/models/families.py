@@ -73,9 +73,6 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # the config class's default is true, which megatron-core's MambaMixer refuses with or
     # without Transformer Engine (`assert not self.norm_before_gate`). Kept as released.
     "FalconH1ForCausalLM": {"mamba_norm_before_gate": False},
-    # DeepSeek-V4's compressed layers use YaRN in every released checkpoint (Flash, Pro:
-    # factor 16 from 65,536 to 1,048,576 positions); the config class's default has plain RoPE.
-    # Kept, at the tiny model's length (factor x original = max_position_embeddings).
     # GLM-5: released configs set rope_interleave (GLM-5.1, 5.2) and indexer_rope_interleave
     # (5.2) true, fields the config class does not define. index_topk 4 of the 12 tokens, so the
     # indexer's choice changes the logits (the default, 2048, selects every key at this length).
@@ -84,6 +81,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         "indexer_rope_interleave": True,
         "index_topk": 4,
     },
+    # DeepSeek-V4's compressed layers use YaRN in every released checkpoint (Flash, Pro:
+    # factor 16 from 65,536 to 1,048,576 positions); the config class's default has plain RoPE.
+    # Kept, at the tiny model's length (factor x original = max_position_embeddings).
     "DeepseekV4ForCausalLM": {
         "rope_parameters": {
             "rope_type": "yarn",
@@ -111,6 +111,13 @@ UPSTREAM_STATUS: dict[str, str] = {
 # GLM-5: megatron-core's absorbed MLA asserts it ("AbsorbedMLA requires sequence_parallel when
 # tensor_model_parallel_size > 1"), as DeepSeek-V3.2 and GLM-5 are trained.
 SEQUENCE_PARALLEL: frozenset[str] = frozenset({"GlmMoeDsaForCausalLM"})
+
+
+def architecture(checkpoint: Path) -> str:
+    """The architecture `checkpoint`'s config.json names."""
+    from mcore_grpo.worker.hf_checkpoint import read_hf_config
+
+    return str((read_hf_config(str(checkpoint)) or {})["architectures"][0])
 
 
 @dataclass(frozen=True)

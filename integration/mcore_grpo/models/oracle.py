@@ -5,8 +5,8 @@ how the matrix runs it instead. Each correction is measured here and is what a l
 - GLM-5 (`GlmMoeDsaForCausalLM`): 5.8.1 rotates the main attention's and the indexer's RoPE
   dimensions as halves (`rotate_half`), but GLM-5 checkpoints lay them out in interleaved pairs,
   as DeepSeek's do (`rope_interleave` true in GLM-5.1's and 5.2's config.json,
-  `indexer_rope_interleave` true in 5.2's; megatron-core's MLA and mlx-lm rotate pairs). transformers fixed both
-  (PR #46372 for the attention, #46842 for the indexer; 5.23.0 calls
+  `indexer_rope_interleave` true in 5.2's; megatron-core's MLA and mlx-lm rotate pairs).
+  transformers fixed both (PR #46372 for the attention, #46842 for the indexer; 5.23.0 calls
   `apply_rotary_pos_emb_interleave` in both places). Measured on the matrix's tiny GLM-5:
   megatron vs 5.8.1 as is 2.7e-03, vs 5.8.1 with pairs rotated 7.1e-05.
 - GLM-5 under SDPA: 5.8.1's sparse attention passes its top-k mask as the attention mask, and
@@ -18,21 +18,13 @@ how the matrix runs it instead. Each correction is measured here and is what a l
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import torch
 
 # Attention implementation the oracle loads an architecture with (default: transformers').
 ATTENTION: dict[str, str] = {"GlmMoeDsaForCausalLM": "eager"}
-
-
-def architecture(checkpoint: Path) -> str:
-    """The architecture `checkpoint`'s config.json names."""
-    config = json.loads((checkpoint / "config.json").read_text(encoding="utf-8"))
-    return str(config["architectures"][0])
 
 
 def interleaved(rotate: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
