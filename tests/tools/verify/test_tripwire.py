@@ -17,7 +17,13 @@ from tools.patchtool.commands.verify import render_table
 from tools.patchtool.core.apply import apply_upstream
 from tools.patchtool.core.manifest import load_manifest
 from tools.patchtool.core.series import FileDiff, Patch, parse_patch
-from tools.patchtool.verify.session import verify_upstream, verify_upstreams
+from tools.patchtool.verify.session import (
+    Options,
+    StackResult,
+    verify_stack,
+    verify_upstream,
+    verify_upstreams,
+)
 from tools.patchtool.verify.tripwire import NOT_RUN, import_roots, tripwire_hook
 
 # Tripwires read the tree verify names in PATCHTOOL_TREE_UP (tests/support/upstream_tree.py).
@@ -61,6 +67,37 @@ def test_real_tripwire_is_proven_and_tree_restored(sandbox: Sandbox) -> None:
     assert (checkout / "mod.py").read_text() == "VALUE = 2\n"
     assert run(checkout, "status", "--porcelain") == ""
     assert "proven" in render_table(proofs)
+
+
+def test_tripwire_states_are_read_back_until_a_test_or_the_series_changes(
+    sandbox: Sandbox,
+) -> None:
+    """A second verify reads both tripwire states back (same verdict, said in a note); a
+    changed test file or --fresh runs them again. (`verify_upstream`, which rebase calls on
+    checkouts off the manifest's pins, neither reads nor keeps.)"""
+    _prove(sandbox, "test_trip")
+    up = load_manifest(sandbox.root).upstreams["Up"]
+
+    def again(**options: bool) -> StackResult:
+        opts = Options(jobs=2, own_tests=False, gate=False, **options)
+        return verify_stack(sandbox.root, [up], Path(sys.executable), False, opts)
+
+    def read_back(result: StackResult) -> str:
+        return next((n for n in result.notes if "read back from .cache/patchtool" in n), "")
+
+    assert read_back(again()) == ""
+    second = again()
+    assert read_back(second).startswith("2 of 2 states read back")
+    assert [(p.with_patch, p.without_patch, p.verdict) for p in second.proofs] == [
+        ("passed", "failed", "proven")
+    ]
+    assert read_back(again(fresh=True)) == ""
+    write(sandbox.root, {"tests/test_trip.py": TRIP.replace("VALUE = 2", "VALUE = 3")})
+    changed = again()
+    assert read_back(changed) == ""
+    assert changed.proofs[0].verdict == "NOT PROVEN"  # the edited test ran, not a cached one
+    write(sandbox.root, {"tests/test_trip.py": TRIP})
+    assert read_back(again()).startswith("2 of 2")
 
 
 def test_without_the_fork_server_each_state_is_a_fresh_interpreter(sandbox: Sandbox) -> None:

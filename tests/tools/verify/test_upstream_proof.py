@@ -237,13 +237,19 @@ def test_suite_args_reach_every_run_of_the_upstream_suite(sandbox: Sandbox) -> N
     assert (gate.total.run, gate.total.passed) == (2, 2)
 
 
-def test_the_gates_before_run_is_read_back_until_anything_it_depends_on_changes(
+def _read_back(result: StackResult) -> str:
+    """The note saying how many states were read back from the cache ("" when none)."""
+    return next((n for n in result.notes if "states read back from .cache/patchtool" in n), "")
+
+
+def test_every_suite_state_is_read_back_until_anything_it_depends_on_changes(
     sandbox: Sandbox,
 ) -> None:
-    """The second verify reads the before-tree outcomes from .cache/patchtool (and says so),
-    with the same gate; a changed suite setting or --fresh-gate runs the tree again."""
+    """The second verify reads its three states (series, before, without the source) from
+    .cache/patchtool/states and says so, with the same proof and gate; --fresh, a changed
+    suite setting or a changed plugin source runs them again."""
     first = _stack(sandbox, [("fix.patch", BREAKS_IS_ONE, FIX_NODE)])
-    assert not any("read from" in note for note in first.notes)
+    assert _read_back(first) == ""
     up = load_manifest(sandbox.root).upstreams["Up"]
 
     def again(**options: bool) -> StackResult:
@@ -251,20 +257,23 @@ def test_the_gates_before_run_is_read_back_until_anything_it_depends_on_changes(
         return verify_stack(sandbox.root, [up], Path(sys.executable), False, opts)
 
     second = again()
-    assert any("before-tree outcomes were read from .cache/patchtool" in n for n in second.notes)
+    assert _read_back(second).startswith("3 of 3 states read back")
     assert [b.node for b in second.gates[0].broken] == [b.node for b in first.gates[0].broken]
     assert second.gates[0].total == first.gates[0].total
-    assert not any("read from" in note for note in again(gate_cache=False).notes)
+    assert [(p.with_fix, p.without_fix, p.verdict) for p in second.upstream] == [
+        (p.with_fix, p.without_fix, p.verdict) for p in first.upstream
+    ]
+    assert _read_back(again(fresh=True)) == ""
     write(sandbox.root, {"patches/upstream-tests.toml": SUITES.replace("60", "61")})
-    assert not any("read from" in note for note in again().notes)
+    assert _read_back(again()) == ""
     # A plugin source appearing (or changing) is a new key too.
     write(sandbox.root, {"integration/mcore_grpo/upstream_cpu.py": "# a plugin\n"})
-    assert not any("read from" in note for note in again().notes)
-    assert any("read from" in note for note in again().notes)
+    assert _read_back(again()) == ""
+    assert _read_back(again()).startswith("3 of 3")
 
 
 def test_plugin_sources_follow_the_plugins_imports_within_mcore_grpo() -> None:
-    from tools.patchtool.verify.gate_cache import plugin_sources
+    from tools.patchtool.verify.state_cache import plugin_sources
 
     root = Path(__file__).resolve().parents[3]
     found = {

@@ -127,10 +127,12 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         help="also gate the test directories patches/upstream-tests.toml defers (slow)",
     )
     parser.add_argument(
+        "--fresh",
         "--fresh-gate",
+        dest="fresh",
         action="store_true",
-        help="run the gate's before-the-series tree even when .cache/patchtool holds its "
-        "outcomes for the same pin, patches and environment",
+        help="run every state even when .cache/patchtool/states holds its outcomes for the "
+        "same trees, tests, environment and plugins (and keep the new ones)",
     )
     parser.add_argument(
         "--record",
@@ -178,7 +180,7 @@ def _run(args: argparse.Namespace) -> int:
         own_tests=not args.no_upstream_tests,
         gate=not (args.no_upstream_tests or args.no_gate),
         full_gate=args.full_gate,
-        gate_cache=not args.fresh_gate,
+        fresh=args.fresh,
     )
     result = verify_stack(root, ups, python, not args.json, opts)
     if args.record:

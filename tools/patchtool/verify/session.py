@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..core.manifest import Upstream
 from ..core.test_suites import UpstreamSuite, load_suites
-from . import gate_cache
+from . import state_cache
 from .regression import Gate, attribute, attribution_states, gate_of
 from .states import VerifyState, run_states, say
 from .tripwire import Proof, TripwirePlan, fold_plan, plan_upstream
@@ -32,7 +32,8 @@ class Options:
     own_tests: bool = True  # each patch's Upstream-Test, proven
     gate: bool = True  # the upstream's tests of the touched directories, before and after
     full_gate: bool = False  # also the directories a suite defers (patches/upstream-tests.toml)
-    gate_cache: bool = True  # read the gate's before-tree outcomes back when nothing changed
+    cache: bool = True  # keep each state's outcomes, keyed by everything they depend on
+    fresh: bool = False  # run every state even when the cache holds it (and keep the new runs)
 
 
 @dataclass
@@ -91,8 +92,7 @@ def verify_stack(
     tripwire_states = (
         [s for plan in plans for pair in plan.states for s in pair] if opts.tripwires else []
     )
-    keys = _gate_keys(root, python, ups, suites, opts)
-    _read_cached(root, suites, keys, result.notes)
+    inputs = state_cache.key_inputs(root, python, [up.name for up in ups]) if opts.cache else None
     suite_states = [s for plan in suites for s in plan.states]
     # Longest first, as far as can be told before running: the suite runs (many files), then
     # states with more nodes, then left-out states (their tests fail slowly).
@@ -100,71 +100,73 @@ def verify_stack(
         [*suite_states, *tripwire_states],
         key=lambda s: (-len(s.dirs), -len(s.nodes), s.patch is None),
     )
-    run_states(root, python, ordered, opts.jobs, progress, opts.fork_server)
+    _run_cached(root, python, ordered, opts, progress, inputs, result.notes)
     result.seconds = _seconds(tripwire_states, suite_states)
-    result.timings = [(s.label, round(s.seconds, 1), round(s.cpu_s, 1)) for s in ordered]
+    result.timings = [
+        (f"{s.label} (cached)" if s.cached else s.label, round(s.seconds, 1), round(s.cpu_s, 1))
+        for s in ordered
+    ]
     for plan in plans:
         if opts.tripwires:
             fold_plan(plan)
         result.proofs += plan.proofs
     for suite in suites:
-        _keep_before(root, suite, keys.get(suite.suite.upstream), result.notes)
         fold_suite(suite)
         result.upstream += suite.proofs
         gate = gate_of(suite)
         if gate is not None:
-            _attribute(root, python, progress, opts, suite, gate)
+            _attribute(root, python, progress, opts, suite, gate, inputs)
             result.gates.append(gate)
     return result
 
 
-def _gate_keys(
-    root: Path, python: Path, ups: list[Upstream], suites: list[SuitePlan], opts: Options
-) -> dict[str, str]:
-    """Upstream -> the cache key of its gate's before-tree run ({} with the cache off)."""
-    gated = [plan for plan in suites if plan.before is not None]
-    if not opts.gate_cache or not gated:
-        return {}
-    environment = gate_cache.environment_fingerprint(root, python)
-    stack = gate_cache.stack_fingerprint(root, [up.name for up in ups])
-    return {
-        plan.suite.upstream: gate_cache.cache_key(root, plan, stack, environment) for plan in gated
-    }
-
-
-def _read_cached(
-    root: Path, suites: list[SuitePlan], keys: dict[str, str], notes: list[str]
+def _run_cached(
+    root: Path,
+    python: Path,
+    states: list[VerifyState],
+    opts: Options,
+    progress: bool,
+    inputs: state_cache.KeyInputs | None,
+    notes: list[str],
 ) -> None:
-    """Load each gate's before-tree outcomes kept under its key (the plan then skips the run)."""
-    for plan in suites:
-        key = keys.get(plan.suite.upstream)
-        if not key or plan.before is None:
-            continue
-        outcomes = gate_cache.load(root, plan.suite.upstream, key)
-        if outcomes is None:
-            continue
-        plan.before.outcomes = outcomes
-        plan.before_cached = True
-        notes.append(
-            f"{plan.suite.upstream}: the gate's before-tree outcomes were read from "
-            f"{gate_cache.CACHE_DIR}/{plan.suite.upstream}-{key}.json (same pins, patches, "
-            "environment and plugins); --fresh-gate runs them again"
-        )
-
-
-def _keep_before(root: Path, plan: SuitePlan, key: str | None, notes: list[str]) -> None:
-    """Keep a before-tree run for the next verify (gate_cache.py), or say why it was not."""
-    if not key or plan.before is None or plan.before_cached:
+    """Run `states`, reading back those whose outcomes the cache holds under their key
+    (state_cache.py) and keeping what ran for the next verify; `inputs` None: no cache."""
+    if inputs is None:
+        run_states(root, python, states, opts.jobs, progress, opts.fork_server)
         return
-    if not gate_cache.store(root, plan.suite.upstream, key, plan.before.outcomes):
+    keys = [state_cache.state_key(root, s, inputs) for s in states]
+    for state, key in zip(states, keys, strict=True):
+        outcomes = None if opts.fresh else state_cache.load(root, state.upstream, key)
+        if outcomes is not None:
+            state.outcomes, state.cached = outcomes, True
+    todo = [s for s in states if not s.cached]
+    if len(todo) < len(states):
         notes.append(
-            f"{plan.suite.upstream}: the gate's before-tree run was not kept for the next "
-            "verify (a test timed out, or the run proves nothing)"
+            f"{len(states) - len(todo)} of {len(states)} states read back from "
+            f"{state_cache.CACHE_DIR} (same trees, tests, environment and plugins); "
+            "--fresh runs them again"
+        )
+    run_states(root, python, todo, opts.jobs, progress, opts.fork_server)
+    dropped = [
+        state.label
+        for state, key in zip(states, keys, strict=True)
+        if not state.cached and not state_cache.store(root, state.upstream, key, state.outcomes)
+    ]
+    if dropped:
+        notes.append(
+            f"{len(dropped)} states not kept for the next verify (a test timed out, or the run "
+            f"proves nothing): {', '.join(dropped[:3])}{' ...' if len(dropped) > 3 else ''}"
         )
 
 
 def _attribute(
-    root: Path, python: Path, progress: bool, opts: Options, suite: SuitePlan, gate: Gate
+    root: Path,
+    python: Path,
+    progress: bool,
+    opts: Options,
+    suite: SuitePlan,
+    gate: Gate,
+    inputs: state_cache.KeyInputs | None,
 ) -> None:
     prefixes = attribution_states(suite, gate)
     if prefixes:
@@ -172,7 +174,7 @@ def _attribute(
             progress,
             f"{gate.upstream}: {len(gate.new_broken)} upstream tests broken; finding the patch",
         )
-        run_states(root, python, [s for _, s in prefixes], opts.jobs, progress, opts.fork_server)
+        _run_cached(root, python, [s for _, s in prefixes], opts, progress, inputs, [])
     if gate.new_broken:
         attribute(gate, suite.series, prefixes)
 
@@ -194,7 +196,10 @@ def verify_upstreams(
     fork_server: bool = True,
 ) -> list[Proof]:
     """The tripwire proofs alone of each upstream whose checkout is present and applied."""
-    opts = Options(jobs or os.cpu_count() or 1, fork_server, own_tests=False, gate=False)
+    # Rebase runs this on checkouts off the manifest's pins: nothing may be read back.
+    opts = Options(
+        jobs or os.cpu_count() or 1, fork_server, own_tests=False, gate=False, cache=False
+    )
     return verify_stack(root, ups, python, progress, opts).proofs
 
 

@@ -62,6 +62,7 @@ class VerifyState:
     exclude: tuple[str, ...] = ()
     dirs: list[str] = field(default_factory=list)
     role: str = ""  # what an upstream-suite state is, for progress lines
+    cached: bool = False  # `outcomes` were read back (state_cache.py), not run
 
     @property
     def label(self) -> str:

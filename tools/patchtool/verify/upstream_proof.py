@@ -61,13 +61,11 @@ class SuitePlan:
     without: list[tuple[UpstreamProof, VerifyState]] = field(default_factory=list)
     series: list[Patch] = field(default_factory=list)
     baseline_index: int = 0  # patches[:baseline_index] are in the "before" tree
-    before_cached: bool = False  # `before`'s outcomes were read back (gate_cache.py), not run
 
     @property
     def states(self) -> list[VerifyState]:
-        """The states to run (a before-tree read back from the cache is not one)."""
-        before = None if self.before_cached else self.before
-        listed = [self.after, before, *(state for _, state in self.without)]
+        """The states of this suite: the series run, the before run, one per left-out source."""
+        listed = [self.after, self.before, *(state for _, state in self.without)]
         return [state for state in listed if state is not None]
 
     @property

@@ -1,21 +1,29 @@
-"""The regression gate's "before" outcomes, kept between verify runs.
+"""Every verify state's outcomes, kept between runs and read back while nothing they depend on
+changed.
 
-Why: the gate's "before" tree is the pin, or the pin plus the series up to `baseline`; it changes
-only when the pins, the patches, the environment or our CPU compatibility plugins do. Its run is
-half of every gate (Megatron-LM and Megatron-Bridge: ~1,500 tests each), and reading it back
-is what keeps a warm `verify` of the whole stack near its time target.
+Why: a state is one pytest process on scratch trees made from the checkouts; its outcomes are a
+function of those trees, the tests it runs, the interpreter with its installed distributions
+and how verify runs it. A warm `verify` (nothing changed since the last one) reads every state
+back instead of running ~130 processes again (the gate's "before" run alone is ~1,500 tests
+per upstream); a change re-runs exactly the states whose key it touches.
 
-Everything the outcomes depend on goes into the key, so nothing is reused across a change:
-- every upstream's pin and series bytes (a state imports every upstream's tree: Bridge's tests
-  run on the patched megatron-core), and which upstreams this run verifies (the others are
-  imported from their checkouts);
-- the suite's layout, pytest arguments, test directories and nodes;
+Everything a state's outcomes depend on goes into its key, so nothing is reused across a change:
+- the content of every upstream tree the state imports: each checkout's HEAD tree id (the series
+  applied on the pin; verify refuses a checkout that is not that clean state), the series bytes
+  of every upstream, and which upstreams this run verifies (the others are imported from their
+  checkouts, so a dirty one turns the cache off);
+- the state itself: its upstream, nodes, test directories, the patches it reverse-applies and
+  the paths it keeps;
+- for an upstream suite state: the suite's layout and pytest arguments, and the sources of the
+  plugins the run loads (`mcore_grpo.upstream_cpu` and the suite's `-p` modules) with every
+  `mcore_grpo` module they import;
+- for one of our tripwire states: every file under `tests/` and `integration/` and
+  `pyproject.toml` (our tests import both, and pytest reads its configuration there);
 - the interpreter (path and version) and its installed distributions (dist-info names carry
-  the versions);
-- the sources of the plugins the runs load (`mcore_grpo.upstream_cpu` and the suite's `-p`
-  modules) and of every `mcore_grpo` module they import, and how verify runs a state.
-A run with a timed-out test is never kept (a slow moment would otherwise read as "failing
-before" until the key changed). `verify --fresh-gate` ignores the cache and refills it.
+  the versions), and verify's own runner sources.
+A run with a timed-out test, an empty run and an invalid one (the module-origin guard tripped)
+are never kept: a slow moment would otherwise read as a failure until the key changed.
+`verify --fresh` ignores the cache and refills it.
 """
 
 from __future__ import annotations
@@ -24,18 +32,21 @@ import ast
 import hashlib
 import json
 import subprocess
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..core.checkout import series_digest
+from ..core.checkout import checkout_dir, dirty_files, is_repo, series_digest
+from ..core.git import git_text
 from ..core.manifest import load_manifest
 from ..core.series import load_series
+from ..core.test_suites import UpstreamSuite
 from .pytest_run import UPSTREAM_CPU_PLUGIN, Outcomes, upstream_pytest_args
-from .upstream_proof import SuitePlan
+from .states import VerifyState
 
-CACHE_DIR = Path(".cache") / "patchtool" / "gate-before"
-FORMAT = 1  # bump when what a cache file holds changes
+CACHE_DIR = Path(".cache") / "patchtool" / "states"
+FORMAT = 2  # bump when what a cache file holds changes
 INTEGRATION = Path("integration")  # where the `mcore_grpo` plugins live
+PROJECT_DIRS = ("tests", "integration")  # what our tripwire states import from this repository
 # How verify runs a state: a change here may change outcomes.
 RUNNER_SOURCES = ("pytest_run.py", "states.py", "trees.py", "forkserver.py")
 _TIMEOUT_MARKS = ("Timeout >", "timed out")
@@ -87,8 +98,8 @@ def plugin_sources(root: Path, plugins: list[str]) -> list[Path]:
     return sorted(set(seen.values()))
 
 
-def _plugins(plan: SuitePlan) -> list[str]:
-    args = list(plan.suite.args)
+def _plugins(suite: UpstreamSuite) -> list[str]:
+    args = list(suite.args)
     named = [args[i + 1] for i, arg in enumerate(args[:-1]) if arg == "-p"]
     return [UPSTREAM_CPU_PLUGIN, *named]
 
@@ -106,35 +117,84 @@ def environment_fingerprint(root: Path, python: Path) -> str:
     return digest.hexdigest()
 
 
-def stack_fingerprint(root: Path, verified: list[str]) -> str:
-    """Every upstream's pin and series bytes, and which upstreams this run verifies."""
+def stack_fingerprint(root: Path, verified: list[str]) -> str | None:
+    """Every upstream's pin, series bytes and checkout HEAD tree, and which upstreams this run
+    verifies; None when a checkout another state imports from is dirty (its files are not the
+    tree its HEAD names, so nothing keyed on it can be reused)."""
     digest = hashlib.sha256(json.dumps(sorted(verified)).encode())
     for name, up in sorted(load_manifest(root).upstreams.items()):
         series_dir = root / up.series_dir
         digest.update(
             f"{name}\n{series_digest(up, series_dir, load_series(series_dir))}\n".encode()
         )
+        repo = checkout_dir(root, up)
+        if not is_repo(repo):
+            digest.update(b"absent\n")
+            continue
+        if name not in verified and dirty_files(repo):
+            return None
+        digest.update(f"{git_text(['rev-parse', 'HEAD^{tree}'], repo, check=False)}\n".encode())
     return digest.hexdigest()
 
 
-def cache_key(root: Path, plan: SuitePlan, stack: str, environment: str) -> str:
-    """The key of `plan`'s before-tree run (`plan.before` must be set)."""
-    assert plan.before is not None
-    plugins = {
+@dataclass(frozen=True)
+class KeyInputs:
+    """What every state's key shares, computed once per verify run."""
+
+    stack: str
+    environment: str
+    project: str
+
+
+def key_inputs(root: Path, python: Path, verified: list[str]) -> KeyInputs | None:
+    """The shared inputs of this run's keys; None when nothing may be cached (a dirty
+    checkout that is not verified)."""
+    stack = stack_fingerprint(root, verified)
+    if stack is None:
+        return None
+    return KeyInputs(stack, environment_fingerprint(root, python), project_fingerprint(root))
+
+
+def project_fingerprint(root: Path) -> str:
+    """Our tests, the integration package and pytest's configuration, by content (tracked or
+    not): what a tripwire state imports from this repository."""
+    digest = hashlib.sha256()
+    files = [root / "pyproject.toml"]
+    for top in PROJECT_DIRS:
+        files += [
+            p for p in (root / top).rglob("*") if p.is_file() and "__pycache__" not in p.parts
+        ]
+    for path in sorted(files):
+        if path.is_file():
+            digest.update(f"{path.relative_to(root).as_posix()}\n".encode())
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def _plugins_digest(root: Path, suite: UpstreamSuite) -> dict[str, str]:
+    return {
         path.relative_to(root).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in plugin_sources(root, _plugins(plan))
+        for path in plugin_sources(root, _plugins(suite))
     }
-    parts = {
-        "upstream": plan.suite.upstream,
-        "baseline_index": plan.baseline_index,
-        "stack": stack,
-        "suite": asdict(plan.suite),
-        "args": upstream_pytest_args(plan.suite),
-        "dirs": plan.before.dirs,
-        "nodes": plan.before.nodes,
-        "environment": environment,
-        "plugins": plugins,
+
+
+def state_key(root: Path, state: VerifyState, inputs: KeyInputs) -> str:
+    """The key of one state's outcomes (see the module docstring for what goes in)."""
+    parts: dict[str, object] = {
+        "upstream": state.upstream,
+        "nodes": state.nodes,
+        "dirs": state.dirs,
+        "reverse": [p.path.name for p in state.reversed_patches],
+        "exclude": list(state.exclude),
+        "stack": inputs.stack,
+        "environment": inputs.environment,
     }
+    if state.suite is not None:
+        parts["suite"] = asdict(state.suite)
+        parts["args"] = upstream_pytest_args(state.suite)
+        parts["plugins"] = _plugins_digest(root, state.suite)
+    else:
+        parts["project"] = inputs.project
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
 
