@@ -18,7 +18,8 @@ from typing import Any
 import yaml
 
 from mcore_grpo.grpo.config.nemo_rl_keys import INTERPOLATED_DEFAULTS, check_refused_key
-from mcore_grpo.grpo.config.schema import ConfigError, RunConfig, validate
+from mcore_grpo.grpo.config.schema import ConfigError, RunConfig
+from mcore_grpo.grpo.config.validation import validate
 
 PRESET_PACKAGE = "mcore_grpo.presets"
 DEFAULT_PRESET = "cpu-tiny"
