@@ -4,6 +4,8 @@ plain-PyTorch reference step the parity tests compare against."""
 from __future__ import annotations
 
 import os
+import queue
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -214,28 +216,66 @@ def spawn2(fn: Callable[[], Any], port: int) -> dict[int, Any]:
 
 
 def spawn_ranks(fn: Callable[[], Any], port: int, world: int) -> dict[int, Any]:
-    """Run `fn` on `world` gloo ranks (one spawn); results by rank; a rank's traceback raises.
+    """Run `fn` on `world` gloo ranks (one spawn); results by rank. Once a rank raises or exits
+    without a result (a crash, `os._exit`, the OOM killer), the others get a few seconds to
+    report, then are killed, and the test fails naming every failed rank: the ones that died
+    (exit code) first, as a peer's gloo error only echoes them, then each traceback.
 
     The ranks build CPU workers, so on a CUDA machine the calling test is skipped with the
     reason (a test that spawns is CPU-only by nature, marked or not)."""
     if torch.cuda.is_available():
         pytest.skip(f"CPU-only by nature: {MULTI_RANK_CPU}")
     ctx = mp.get_context("spawn")
-    out = ctx.SimpleQueue()
+    out = ctx.Queue()
     procs = [ctx.Process(target=_child, args=(r, world, port, fn, out)) for r in range(world)]
     for p in procs:
         p.start()
     results: dict[int, Any] = {}
-    for _ in procs:
-        rank, status, value = out.get()
-        if status != "ok":
-            for p in procs:
-                p.kill()
-            raise AssertionError(f"rank {rank} failed:\n{value}")
-        results[rank] = value
-    for p in procs:
+    raised: dict[int, str] = {}
+    deadline = float("inf")
+    while len(results) + len(raised) < world and time.monotonic() < deadline:
+        try:
+            rank, status, value = out.get(timeout=0.5)
+        except queue.Empty:
+            if deadline == float("inf") and _died(procs, results, raised, {0}):
+                deadline = time.monotonic() + FAILURE_GRACE_S
+            continue
+        (results if status == "ok" else raised)[rank] = value
+        if status != "ok" and deadline == float("inf"):
+            deadline = time.monotonic() + FAILURE_GRACE_S
+    failed = len(results) < world
+    killed = {rank for rank, p in enumerate(procs) if failed and p.is_alive()}
+    for rank, p in enumerate(procs):
+        if rank in killed:
+            p.kill()  # waiting in a collective for a peer that is gone
         p.join(60)
-    return results
+    if not failed:
+        return results
+    lines = [
+        f"rank {rank} exited with code {code} before reporting a result"
+        for rank, code in _died(procs, results, raised, set())
+        if rank not in killed
+    ]
+    lines += [f"rank {rank} failed:\n{tb}" for rank, tb in sorted(raised.items())]
+    raise AssertionError("\n".join(lines) or "the ranks were killed before reporting")
+
+
+FAILURE_GRACE_S = 5.0  # how long the other ranks get to report once one rank failed
+
+
+def _died(
+    procs: list[Any], results: dict[int, Any], raised: dict[int, str], ignore: set[int]
+) -> list[tuple[int, int]]:
+    """(rank, exit code) of each rank that ended without reporting anything; exit codes in
+    `ignore` are not counted (a clean exit may be a result still in the queue's pipe)."""
+    return [
+        (rank, p.exitcode)
+        for rank, p in enumerate(procs)
+        if rank not in results
+        and rank not in raised
+        and p.exitcode is not None
+        and p.exitcode not in ignore
+    ]
 
 
 class EagerCudaGraphManager(torch.nn.Module):

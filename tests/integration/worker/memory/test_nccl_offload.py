@@ -14,7 +14,6 @@ selects on a GPU job.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import traceback
 from collections.abc import Callable, Iterator
@@ -26,7 +25,6 @@ import pytest
 from tests.support.ports import free_port
 
 WORLD_SIZE = 2
-SPAWN_TIMEOUT_S = 600
 CYCLE_MODES = ("manual", "manual", "official")  # three destroy -> reload cycles
 
 
@@ -209,22 +207,14 @@ def _rank_main(rank: int, port: int, out_dir: str) -> None:
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    """Spawn the 2 ranks once for the module; their per-scenario records."""
+    """Spawn the 2 ranks once for the module; their per-scenario records. torch's spawn stops
+    at the first rank that raises (the error names it, with its traceback) or exits (its exit
+    code), and terminates the other, which would otherwise wait in a collective."""
+    import torch.multiprocessing as torch_mp
+
     out_dir = tmp_path_factory.mktemp("nccl_offload")
-    ctx = multiprocessing.get_context("spawn")
-    port = free_port()
-    procs = [ctx.Process(target=_rank_main, args=(r, port, str(out_dir))) for r in range(2)]
-    for proc in procs:
-        proc.start()
-    for proc in procs:
-        proc.join(SPAWN_TIMEOUT_S)
-    for proc in procs:
-        if proc.is_alive():
-            proc.kill()
-            pytest.fail(f"rank process {proc.pid} still running after {SPAWN_TIMEOUT_S} s")
-    codes = [proc.exitcode for proc in procs]
-    assert codes == [0, 0], f"rank exit codes {codes}; see captured stderr"
-    return [json.loads((out_dir / f"rank{r}.json").read_text()) for r in range(2)]
+    torch_mp.spawn(_rank_main, args=(free_port(), str(out_dir)), nprocs=WORLD_SIZE, join=True)
+    return [json.loads((out_dir / f"rank{r}.json").read_text()) for r in range(WORLD_SIZE)]
 
 
 def _ok(ranks: list[dict[str, Any]], scenario: str) -> Iterator[tuple[int, Any]]:

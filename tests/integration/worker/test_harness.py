@@ -1,0 +1,52 @@
+"""The multi-rank harness says why a rank failed: its traceback when it raised, its exit code
+when it died without a result, and it does not wait for the ranks left in a collective."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import torch.distributed as dist
+
+from tests.integration.worker.harness import spawn_ranks
+from tests.support.device import MULTI_RANK_CPU
+from tests.support.ports import free_port
+
+pytestmark = pytest.mark.cpu_only(reason=MULTI_RANK_CPU)
+
+
+def _rank() -> int:
+    return dist.get_rank()
+
+
+def _rank_one_raises() -> int:
+    if dist.get_rank() == 1:
+        raise ValueError("rank one's own error")
+    dist.barrier()  # rank 0 waits here for a peer that is gone
+    return 0
+
+
+def _rank_one_exits() -> int:
+    if dist.get_rank() == 1:
+        os._exit(3)
+    dist.barrier()
+    return 0
+
+
+def test_every_rank_returns_its_result() -> None:
+    assert spawn_ranks(_rank, free_port(), world=2) == {0: 0, 1: 1}
+
+
+def test_a_rank_that_raises_fails_with_its_traceback_without_waiting_for_the_others() -> None:
+    started = time.monotonic()
+    with pytest.raises(AssertionError, match=r"(?s)rank 1 failed:.*ValueError: rank one's own"):
+        spawn_ranks(_rank_one_raises, free_port(), world=2)
+    assert time.monotonic() - started < 60  # not gloo's 30-minute collective timeout
+
+
+def test_a_rank_that_exits_without_a_result_fails_with_its_exit_code() -> None:
+    started = time.monotonic()
+    with pytest.raises(AssertionError, match="rank 1 exited with code 3 before reporting"):
+        spawn_ranks(_rank_one_exits, free_port(), world=2)
+    assert time.monotonic() - started < 60
