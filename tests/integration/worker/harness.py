@@ -3,6 +3,7 @@ plain-PyTorch reference step the parity tests compare against."""
 
 from __future__ import annotations
 
+import io
 import os
 import queue
 import time
@@ -198,12 +199,17 @@ def param_diff(worker: MegatronPolicyWorker, ref_params: dict[str, torch.Tensor]
 
 
 def _child(rank: int, world: int, port: int, fn: Callable[[], Any], out: Any) -> None:
+    """One rank: `fn`'s result as `torch.save` bytes (a tensor put on the queue as itself
+    travels through shared memory that dies with this process, which may exit before the
+    parent reads it), or its traceback."""
     os.environ.update(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world)
     )
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        out.put((rank, "ok", fn()))
+        payload = io.BytesIO()
+        torch.save(fn(), payload)
+        out.put((rank, "ok", payload.getvalue()))
     except BaseException:
         out.put((rank, "error", traceback.format_exc()))
     finally:
@@ -240,7 +246,10 @@ def spawn_ranks(fn: Callable[[], Any], port: int, world: int) -> dict[int, Any]:
             if deadline == float("inf") and _died(procs, results, raised, {0}):
                 deadline = time.monotonic() + FAILURE_GRACE_S
             continue
-        (results if status == "ok" else raised)[rank] = value
+        if status == "ok":
+            results[rank] = torch.load(io.BytesIO(value), weights_only=False)
+        else:
+            raised[rank] = value
         if status != "ok" and deadline == float("inf"):
             deadline = time.monotonic() + FAILURE_GRACE_S
     failed = len(results) < world

@@ -7,6 +7,7 @@ import os
 import time
 
 import pytest
+import torch
 import torch.distributed as dist
 
 from tests.integration.worker.harness import spawn_ranks
@@ -34,8 +35,20 @@ def _rank_one_exits() -> int:
     return 0
 
 
+def _rank_tensor() -> torch.Tensor:
+    return torch.full((4, 4), float(dist.get_rank()))
+
+
 def test_every_rank_returns_its_result() -> None:
     assert spawn_ranks(_rank, free_port(), world=2) == {0: 0, 1: 1}
+
+
+def test_tensor_results_outlive_the_ranks_that_made_them() -> None:
+    """A rank exits right after reporting; its tensor must still be readable (a tensor put on
+    the queue as itself lives in the rank's shared memory and was lost with it)."""
+    by_rank = spawn_ranks(_rank_tensor, free_port(), world=3)
+    for rank, tensor in by_rank.items():
+        assert torch.equal(tensor, torch.full((4, 4), float(rank)))
 
 
 def test_a_rank_that_raises_fails_with_its_traceback_without_waiting_for_the_others() -> None:
