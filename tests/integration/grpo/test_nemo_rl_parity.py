@@ -29,12 +29,14 @@ import torch
 from mcore_grpo.grpo.algorithm.advantages import baseline_and_std, group_advantages
 from mcore_grpo.grpo.algorithm.loss import (
     ClippedPGLossConfig,
+    RecordingLossSum,
     calculate_kl,
     clipped_pg_loss,
     loss_sum,
     masked_mean,
     metric_normalizers,
 )
+from mcore_grpo.grpo.driver.metrics import rollout_metrics
 from mcore_grpo.worker.batch import loss_mask, valid_count
 
 from tests.support.upstream_tree import upstream_tree
@@ -64,7 +66,15 @@ LOSS_GRID = list(itertools.product(LEVELS, CLIPS, DUAL, KL_TYPES, BETAS))
 INPUTS = list(itertools.product((False, True), (False, True)))
 MICROBATCHES = ((0, 2), (2, 6))  # uneven, as the split step may see them
 # Metrics with a NeMo-RL name; `actor_loss` and `clip_fraction` are ours only.
-SHARED_METRICS = ("loss", "kl_penalty", "probs_ratio", "probs_ratio_clamped", "num_valid_samples")
+SHARED_METRICS = (
+    "loss",
+    "kl_penalty",
+    "probs_ratio",
+    "probs_ratio_clamped",
+    "num_valid_samples",
+    "approx_entropy",
+    "gen_kl_error",
+)
 
 
 def loss_name(level: str, clip: str, dual: str, kl_type: str, beta: float) -> str:
@@ -139,6 +149,9 @@ def advantage_inputs() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     sets["binary"] = (binary, binary_ids)
     cont_ids = torch.arange(3).repeat_interleave(5)
     sets["continuous"] = (torch.rand(15, generator=g, dtype=torch.float64), cont_ids)
+    # Partial credit, two constant groups (0.5s, 0s) and two that vary.
+    partial = [0.5, 0.5, 0.5, 0.5, 0.0, 0.0, 0.0, 0.0, 1.0, 0.5, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+    sets["partial"] = (torch.tensor(partial, dtype=torch.float64), binary_ids)
     sizes_ids = torch.tensor([0] + [1] * 2 + [2] * 3 + [3] * 6)  # a singleton, a pair
     sizes = torch.rand(12, generator=g, dtype=torch.float64)
     perm = torch.randperm(12, generator=g)
@@ -249,6 +262,7 @@ def ours_direct(cfg: ClippedPGLossConfig, data: dict[str, torch.Tensor]) -> dict
         cfg,
         global_valid_toks=toks,
         global_valid_seqs=seqs,
+        generation_logprobs=data["generation_logprobs"][:, 1:],
     )
     loss.backward()
     return {"loss": loss.detach(), "grad": logprobs.grad, "metrics": metrics}
@@ -256,7 +270,8 @@ def ours_direct(cfg: ClippedPGLossConfig, data: dict[str, torch.Tensor]) -> dict
 
 def ours_split_step(cfg: ClippedPGLossConfig, data: dict[str, torch.Tensor]) -> dict[str, Any]:
     """What the worker's split train step does: `loss_sum` per microbatch (our batch layout),
-    gradients summed, one division by the global `valid_count` at the end."""
+    gradients summed, one division by the global `valid_count` at the end; the metrics as a
+    rank records them (`RecordingLossSum`'s raw sums over the microbatches)."""
     level = "token" if cfg.token_level_loss else "sequence"
     batch = {
         "input_ids": torch.zeros_like(data["token_mask"], dtype=torch.long),
@@ -265,20 +280,23 @@ def ours_split_step(cfg: ClippedPGLossConfig, data: dict[str, torch.Tensor]) -> 
         "advantages": data["advantages"][:, 0],
         "prev_logprobs": data["prev_logprobs"],
         "reference_policy_logprobs": data["reference_policy_logprobs"],
+        "generation_logprobs": data["generation_logprobs"],
     }
     n = float(valid_count(batch, level))
     total = torch.zeros((), dtype=torch.float64)
     grads = []
+    recorder = RecordingLossSum(cfg)
     for lo, hi in MICROBATCHES:
         part = {k: v[lo:hi] for k, v in batch.items()}
         logprobs = data["curr_logprobs"][lo:hi].clone().requires_grad_(True)
-        mb = loss_sum(logprobs, part, cfg)
+        mb = recorder(logprobs, part)
+        assert torch.equal(mb, loss_sum(logprobs, part, cfg))
         mb.backward()
         total = total + mb.detach()
         assert logprobs.grad is not None
         grads.append(logprobs.grad)
     assert torch.equal(loss_mask(batch), data["token_mask"][:, 1:] * data["sample_mask"][:, None])
-    return {"loss": total / n, "grad": torch.cat(grads) / n}
+    return {"loss": total / n, "grad": torch.cat(grads) / n, "metric_sums": recorder.take()}
 
 
 def loss_diffs(case: dict[str, Any], nrl: dict[str, Any]) -> dict[str, float]:
@@ -307,6 +325,9 @@ def loss_diffs(case: dict[str, Any], nrl: dict[str, Any]) -> dict[str, float]:
         assert normalizers[key] == nrl["metric_normalizations"][key], key
         rescaled = sum(m[key] for m in nrl["mb_metrics"]) * scale[normalizers[key]]
         diffs[f"split_metric:{key}"] = _diff(direct["metrics"][key], rescaled)
+        # What a rank records (raw sums) rescaled as the driver does equals NeMo-RL's metric.
+        recorded = split["metric_sums"][key] * scale[normalizers[key]]
+        diffs[f"recorded_metric:{key}"] = _diff(recorded, nrl["metrics"][key])
     return diffs
 
 
@@ -386,3 +407,22 @@ def test_advantages_match_nemo_rl(
 ) -> None:
     diffs = advantage_diffs(name, loo, norm, oracle[f"adv-{name}-loo{loo}-norm{norm}"])
     assert all(v <= TOL for v in diffs.values()), diffs
+
+
+@pytest.mark.parametrize("name", ["binary", "continuous", "partial"])
+def test_groups_with_reward_signal_are_those_nemo_rl_dynamic_sampling_keeps(
+    oracle: dict[str, dict[str, Any]], name: str
+) -> None:
+    """``frac_groups_with_reward_signal``: the share of prompt groups whose NeMo-RL std
+    (`calculate_baseline_and_std_per_prompt`, no leave-one-out) is non-zero, the groups its
+    DAPO dynamic sampling keeps."""
+    rewards, ids = advantage_inputs()[name]
+    size = int((ids == ids[0]).sum())
+    groups = len(ids) // size
+    assert torch.equal(ids, torch.arange(groups).repeat_interleave(size))  # contiguous groups
+    std = oracle[f"adv-{name}-looFalse-normTrue"]["std"]
+    kept = sum(bool(std[g * size] != 0) for g in range(groups))
+    if name != "continuous":
+        assert 0 < kept < groups  # both kinds present: the comparison can fail
+    ours = rollout_metrics(rewards.tolist(), size, [3] * len(rewards))
+    assert ours["frac_groups_with_reward_signal"] == kept / groups

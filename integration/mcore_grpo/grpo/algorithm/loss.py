@@ -185,18 +185,21 @@ def clipped_pg_loss(
     *,
     global_valid_toks: float | torch.Tensor,
     global_valid_seqs: float | torch.Tensor,
+    generation_logprobs: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The GRPO loss of one microbatch, already divided by the step's global counts.
 
     All tensors are aligned on generated-token positions, shape [B, T]: `logprobs` (current
     policy, with grad), `prev_logprobs` (policy before this step), `reference_logprobs`
     (the reference policy's; read only when ``reference_policy_kl_penalty != 0``, as in
-    NeMo-RL), `mask` (1 where a response token is scored). `advantages` is [B] or [B, T].
+    NeMo-RL), `mask` (1 where a response token is scored), `generation_logprobs` (the
+    sampler's; optional, only for the two diagnostics below). `advantages` is [B] or [B, T].
     Returns the loss and detached metrics under NeMo-RL's names and meanings, each divided
-    by the global count `METRIC_NORMALIZERS` names, so they too sum over microbatches:
+    by the global count `metric_normalizers` names, so they too sum over microbatches:
     ``loss``, ``kl_penalty`` (the UNSCALED KL estimate; 0 when beta is 0), ``probs_ratio``,
-    ``probs_ratio_clamped``, ``num_valid_samples`` (a raw count), plus this project's
-    ``clip_fraction`` (share of tokens the clip decided; not a NeMo-RL metric).
+    ``probs_ratio_clamped``, ``num_valid_samples`` (a raw count), with `generation_logprobs`
+    also ``approx_entropy`` and ``gen_kl_error`` (`sampler_diagnostics`), plus this
+    project's ``clip_fraction`` (share of tokens the clip decided; not a NeMo-RL metric).
     """
     mask = mask.to(logprobs.dtype)
     clip_loss, was_clipped = clipped_token_loss(logprobs, prev_logprobs, advantages, cfg)
@@ -236,7 +239,39 @@ def clipped_pg_loss(
             "num_valid_samples": (mask.sum(dim=-1) > 0).sum().to(loss.dtype),
             "clip_fraction": masked_mean(was_clipped, mask, global_normalization_factor=toks),
         }
+        if generation_logprobs is not None:
+            metrics |= sampler_diagnostics(
+                logprobs, prev_logprobs, generation_logprobs, mask, cfg, toks
+            )
     return loss, metrics
+
+
+def sampler_diagnostics(
+    logprobs: torch.Tensor,
+    prev_logprobs: torch.Tensor,
+    generation_logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    cfg: ClippedPGLossConfig,
+    global_valid_toks: float | torch.Tensor,
+) -> dict[str, torch.Tensor]:
+    """NeMo-RL's ``approx_entropy`` and ``gen_kl_error`` (ClippedPGLossFn), token-normalised.
+
+    ``approx_entropy`` = E_gen[-(pi/pi_gen) log pi] over the sampled tokens: the policy's
+    token entropy estimated from its own samples, the first thing to fall when a run
+    collapses onto one answer. ``gen_kl_error`` = KL(pi_gen || pi_old) by the config's
+    k-type without clamps: how far the sampler's logprobs are from the trainer's.
+    """
+    with torch.no_grad():
+        entropy = -masked_mean(
+            torch.exp(logprobs - generation_logprobs) * logprobs,
+            mask,
+            global_normalization_factor=global_valid_toks,
+        )
+        gen_kl = calculate_kl(
+            generation_logprobs, prev_logprobs, cfg.reference_policy_kl_type, None, None
+        )
+        gen_kl_error = masked_mean(gen_kl, mask, global_normalization_factor=global_valid_toks)
+    return {"approx_entropy": entropy.detach(), "gen_kl_error": gen_kl_error}
 
 
 def metric_normalizers(cfg: ClippedPGLossConfig) -> dict[str, str]:
@@ -252,6 +287,8 @@ def metric_normalizers(cfg: ClippedPGLossConfig) -> dict[str, str]:
         "probs_ratio_clamped": "tokens",
         "num_valid_samples": "none",
         "clip_fraction": "tokens",
+        "approx_entropy": "tokens",
+        "gen_kl_error": "tokens",
     }
 
 
@@ -304,6 +341,7 @@ def _loss_sum_and_metrics(
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     old = previous_logprobs(logprobs, batch)
     reference = batch.get("reference_policy_logprobs")
+    generation = batch.get("generation_logprobs")
     return clipped_pg_loss(
         logprobs,
         old,
@@ -313,6 +351,7 @@ def _loss_sum_and_metrics(
         cfg,
         global_valid_toks=1.0,
         global_valid_seqs=1.0,
+        generation_logprobs=None if generation is None else generation[:, 1:],
     )
 
 

@@ -71,6 +71,11 @@ class GRPOSection:
     val_at_end: bool = False
     max_val_samples: int = 256
     val_batch_size: int = 32
+    # NeMo-RL's key: no reference-policy logprob forward (true needs
+    # loss_fn.reference_policy_kl_penalty 0). null: NeMo-RL's default, skipped exactly when the
+    # loss has no KL term; false at KL 0 keeps the forward for the `kl` metric alone (its
+    # cost: docs/grpo.md, "Metrics that explain a run").
+    skip_reference_policy_logprobs_calculation: bool | None = None
 
     @property
     def advantage_normalize_rewards(self) -> bool:
@@ -313,6 +318,13 @@ class RunConfig:
     task: TaskSection = field(default_factory=TaskSection)
     cluster: ClusterSection = field(default_factory=ClusterSection)
     checkpointing: CheckpointingSection = field(default_factory=CheckpointingSection)
+
+    @property
+    def skips_reference_logprobs(self) -> bool:
+        """Whether the ranks skip the reference forward: as set, else as NeMo-RL does (when
+        the KL coefficient is 0; then the `kl` metric reads 0, not measured)."""
+        skip = self.grpo.skip_reference_policy_logprobs_calculation
+        return self.loss_fn.reference_policy_kl_penalty == 0 if skip is None else skip
 
     @property
     def samples_per_step(self) -> int:

@@ -1,7 +1,7 @@
 """The cross-field checks of a whole run config, each naming the keys to change.
 
 The schema (`mcore_grpo.grpo.config.schema`) checks one value at a time; what depends on
-several sections (batch shapes, the MoE router, the task and model)
+several sections (batch shapes, the MoE router, the reference forward, the task and model)
 is checked here, once the config is built (`config_loader.load_config`).
 """
 
@@ -57,6 +57,13 @@ def validate(config: RunConfig) -> None:
             f"policy.train_global_batch_size={p.train_global_batch_size}"
         )
     _validate_moe(config)
+    beta = config.loss_fn.reference_policy_kl_penalty
+    if g.skip_reference_policy_logprobs_calculation and beta != 0:
+        raise ConfigError(
+            f"grpo.skip_reference_policy_logprobs_calculation=true needs "
+            f"loss_fn.reference_policy_kl_penalty=0 (it is {beta}): the KL term reads the "
+            "reference logprobs (NeMo-RL refuses the same)"
+        )
     for key, seconds in (
         ("cluster.collective_timeout_s", config.cluster.collective_timeout_s),
         ("cluster.fault_wait_s", config.cluster.fault_wait_s),

@@ -33,11 +33,12 @@ from mcore_grpo.grpo.config.schema import RunConfig, check_data_parallel
 from mcore_grpo.grpo.driver import checkpoint
 from mcore_grpo.grpo.driver.metrics import (
     MetricsWriter,
-    plot_metrics,
     read_metrics,
+    rollout_metrics,
     step_line,
     train_metrics,
 )
+from mcore_grpo.grpo.driver.metrics_plot import plot_metrics
 from mcore_grpo.grpo.ranks.messages import GenerateResult, GroupSpec, TrainResult, TrainShard
 from mcore_grpo.grpo.ranks.runner import Runner
 from mcore_grpo.grpo.tasks.evaluation import Evaluator
@@ -183,6 +184,7 @@ class GRPOLoop:
             "position_accuracy": self.task.position_accuracy(responses, sample_problems),
             **training,
             "response_tokens_mean": sum(len(r) for r in responses) / len(responses),
+            **rollout_metrics(rewards.tolist(), n, [len(r) for r in responses]),
             "generation_time_s": generation_time,
             "logprob_time_s": max(r.logprob_time_s for r in results),
             "training_time_s": max(r.training_time_s for r in results),

@@ -1,4 +1,5 @@
-"""Per-step metrics: metrics.jsonl (one JSON object per step), the log line, the end plot."""
+"""Per-step metrics: metrics.jsonl (one JSON object per step), the log line, the summary
+(the plot: `metrics_plot`)."""
 
 from __future__ import annotations
 
@@ -36,10 +37,16 @@ def train_metrics(replica_results: Sequence[TrainResult]) -> dict[str, float]:
       policy's logprobs, as the loss saw them; 0 when beta = 0);
     - ``token_mult_prob_error``: the same sum of each step's mean of
       ``exp(|logp_train - logp_generation|)`` (1.0 per optimizer step = identical);
-    - ``grad_norm``: the last optimizer step's gradient norm (NeMo-RL's worker reports one).
+    - ``grad_norm``: the last optimizer step's gradient norm before clipping (what
+      megatron-core's optimizer step returns; NeMo-RL's Megatron worker reports the same);
+    - ``approx_entropy``, ``gen_kl_error``, ``probs_ratio``, ``probs_ratio_clamped``: the
+      same sum of each step's token mean (`loss.sampler_diagnostics`).
 
     ``kl`` is this project's own: the mean KL of the policy to the reference over all
-    response tokens of the step, BEFORE its update (the k-type of ``loss_fn``).
+    response tokens of the step, BEFORE its update (the k-type of ``loss_fn``); at KL
+    coefficient 0 only where the reference forward was asked for (`RunConfig.
+    skips_reference_logprobs`), else 0. ``clip_fraction`` is also ours: the share of
+    the step's response tokens (all optimizer steps) whose ratio the clip decided.
     """
     steps = len(replica_results[0].loss)
     tokens = [sum(r.tokens[k] for r in replica_results) for k in range(steps)]
@@ -55,7 +62,44 @@ def train_metrics(replica_results: Sequence[TrainResult]) -> dict[str, float]:
         "token_mult_prob_error": prob_error,
         "grad_norm": replica_results[0].grad_norm[-1],
         "optimizer_steps": float(steps),
+        **token_metrics(replica_results, tokens),
         **moe_metrics(replica_results[0].moe),
+    }
+
+
+def token_metrics(
+    replica_results: Sequence[TrainResult], tokens: Sequence[float]
+) -> dict[str, float]:
+    """The loss's token-normalised metrics of a GRPO step from each replica's raw sums per
+    optimizer step (`tokens[k]`: step k's response tokens over all replicas). NeMo-RL's
+    metrics are each step's token mean summed over the optimizer steps; our
+    ``clip_fraction`` is the share of all the step's tokens."""
+    per_step = [r.token_metric_sums for r in replica_results]
+    if not per_step[0]:
+        return {}
+    out: dict[str, float] = {}
+    for name in per_step[0][0]:
+        sums = [sum(rank[k][name] for rank in per_step) for k in range(len(tokens))]
+        if name == "clip_fraction":
+            out[name] = sum(sums) / max(sum(tokens), 1.0)
+        else:
+            out[name] = sum(s / max(t, 1.0) for s, t in zip(sums, tokens, strict=True))
+    return out
+
+
+def rollout_metrics(
+    rewards: Sequence[float], group_size: int, response_lengths: Sequence[int]
+) -> dict[str, float]:
+    """What the step's samples say before training: NeMo-RL's ``mean_gen_tokens_per_sample``
+    (its rollouts' generated tokens per sample) and this project's
+    ``frac_groups_with_reward_signal``: the share of prompt groups whose rewards vary (a
+    non-zero std, NeMo-RL's dynamic-sampling test). A group whose samples all score the same
+    has zero advantage, so it teaches nothing: when this falls, learning stops."""
+    groups = [rewards[i : i + group_size] for i in range(0, len(rewards), group_size)]
+    varied = sum(1 for g in groups if max(g) != min(g))
+    return {
+        "mean_gen_tokens_per_sample": sum(response_lengths) / len(response_lengths),
+        "frac_groups_with_reward_signal": varied / len(groups),
     }
 
 
@@ -147,6 +191,14 @@ def step_line(record: Mapping[str, Any], max_steps: int) -> str:
         f"step {record['step']:>3}/{max_steps} | reward {record['reward_mean']:.3f} "
         f"| loss {record['loss']:+.4f} | kl {record['kl']:.5f} {worst}"
         + (
+            f"| entropy {record['approx_entropy'] / max(record['optimizer_steps'], 1.0):.3f} "
+            f"clipped {record['clip_fraction']:.3f} "
+            f"signal {record['frac_groups_with_reward_signal']:.2f} "
+            f"len {record['mean_gen_tokens_per_sample']:.1f} "
+            if "approx_entropy" in record and "frac_groups_with_reward_signal" in record
+            else ""
+        )
+        + (
             f"| aux {record['moe/load_balancing_loss']:.3f} imbalance {record['moe/load_imbalance']:.2f} "
             if "moe/load_balancing_loss" in record
             else ""
@@ -162,99 +214,6 @@ def step_line(record: Mapping[str, Any], max_steps: int) -> str:
         + f"| gen {record['generation_time_s']:.2f}s lp {record['logprob_time_s']:.2f}s "
         f"train {record['training_time_s']:.2f}s | step {record['step_time_s']:.2f}s"
     )
-
-
-def moving_average(values: Sequence[float], window: int) -> list[float]:
-    """Trailing mean over up to `window` values (for a readable reward curve)."""
-    out = []
-    for i in range(len(values)):
-        chunk = values[max(0, i - window + 1) : i + 1]
-        out.append(sum(chunk) / len(chunk))
-    return out
-
-
-def plot_metrics(records: Sequence[Mapping[str, Any]], png_path: Path, title: str) -> Path:
-    """Reward and loss against step, two panels, written as a PNG (Agg backend, no display)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    if not records:
-        raise ValueError(f"no metrics to plot into {png_path}")
-    steps = [r["step"] for r in records]
-    rewards = [r["reward_mean"] for r in records]
-    losses = [r["loss"] for r in records]
-    moe = "moe/load_balancing_loss" in records[0]
-    fig, axes = plt.subplots(3 if moe else 2, 1, figsize=(7, 8.5 if moe else 6), sharex=True)
-    ax_r, ax_l = axes[0], axes[1]
-    ax_r.plot(steps, rewards, marker=".", alpha=0.5, label="reward mean")
-    ax_r.plot(steps, moving_average(rewards, 5), label="5-step average")
-    if "accuracy" in records[0]:
-        ax_r.plot(steps, [r["accuracy"] for r in records], alpha=0.6, label="exact-answer rate")
-    validation = [
-        (0, r["validation/accuracy_at_start"])
-        for r in records[:1]
-        if "validation/accuracy_at_start" in r
-    ]
-    validation += [
-        (r["step"], r["validation/accuracy"]) for r in records if "validation/accuracy" in r
-    ]
-    exported = [
-        (r["step"], r["validation/hf_accuracy"]) for r in records if "validation/hf_accuracy" in r
-    ]
-    if exported:
-        ax_r.plot(
-            *zip(*exported, strict=True),
-            marker="s",
-            ls="",
-            color="tab:orange",
-            label="exported, transformers.generate",
-        )
-    if validation:
-        ax_r.plot(
-            *zip(*validation, strict=True),
-            marker="o",
-            color="black",
-            label="held-out accuracy (greedy)",
-        )
-    ax_r.set_ylabel("reward")
-    ax_r.set_ylim(-0.02, 1.02)
-    ax_r.grid(alpha=0.3)
-    ax_r.legend(loc="lower right")
-    ax_l.plot(
-        steps, losses, color="tab:red", marker=".", label="GRPO loss (sum over optimizer steps)"
-    )
-    ax_l.axhline(0.0, color="grey", lw=0.5)
-    ax_l.set_ylabel("loss")
-    ax_l.grid(alpha=0.3)
-    ax_l.legend(loc="upper right")
-    if moe:
-        _plot_router(axes[2], steps, records)
-    axes[-1].set_xlabel("GRPO step")
-    fig.suptitle(title)
-    fig.tight_layout()
-    png_path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png_path, dpi=110)
-    plt.close(fig)
-    return png_path
-
-
-def _plot_router(ax: Any, steps: Sequence[int], records: Sequence[Mapping[str, Any]]) -> None:
-    """The MoE panel: the router's load-balancing loss and the busiest expert's load share."""
-    ax.plot(
-        steps, [r["moe/load_balancing_loss"] for r in records], color="tab:purple", label="aux loss"
-    )
-    ax.plot(
-        steps,
-        [r["moe/load_imbalance"] for r in records],
-        color="tab:green",
-        label="busiest expert / even share",
-    )
-    ax.axhline(1.0, color="grey", lw=0.5)
-    ax.set_ylabel("router")
-    ax.grid(alpha=0.3)
-    ax.legend(loc="upper right")
 
 
 def summarize(records: Sequence[Mapping[str, Any]], window: int = 5) -> dict[str, float]:

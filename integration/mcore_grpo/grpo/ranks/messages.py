@@ -65,7 +65,9 @@ class TrainResult:
     this rank's response tokens of that step (`tokens` of them); `kl_penalty` is this rank's
     share of NeMo-RL's metric (its microbatches' unscaled KL sums divided by the step's
     global count); `loss` and `grad_norm` are already reduced over data parallelism by the
-    train step.
+    train step. `token_metric_sums` holds the loss's token-normalised metrics as raw sums
+    over this rank's tokens (``approx_entropy``, ``clip_fraction``, ...): the driver divides
+    by the step's token count over all replicas.
     """
 
     kl_sum: list[float]
@@ -79,3 +81,4 @@ class TrainResult:
     # A mixture-of-experts model's router metrics, one dict per optimizer step (already
     # reduced over data parallelism by the worker; see mcore_grpo.worker.moe_metrics).
     moe: list[dict[str, Any]] = field(default_factory=list)
+    token_metric_sums: list[dict[str, float]] = field(default_factory=list)

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from mcore_grpo.grpo.algorithm.loss import RecordingLossSum
+from mcore_grpo.grpo.algorithm.loss import RecordingLossSum, metric_normalizers
 from mcore_grpo.grpo.cluster.placement import WorkerPlace
 from mcore_grpo.grpo.config.schema import RunConfig
 from mcore_grpo.grpo.ranks.messages import (
@@ -177,9 +177,9 @@ class PolicyRank:
         ]
         start = time.perf_counter()
         self.worker.prepare_for_lp_inference()
-        # As NeMo-RL at the pin auto-enables grpo.skip_reference_policy_logprobs_calculation
-        # when the KL coefficient is 0: the reference forward is skipped, the KL reads 0.
-        with_reference = self.config.loss_fn.reference_policy_kl_penalty != 0
+        # As NeMo-RL, no reference forward at KL coefficient 0 (the `kl` metric reads 0),
+        # unless grpo.skip_reference_policy_logprobs_calculation=false asks for that metric.
+        with_reference = not self.config.skips_reference_logprobs
         sums = []
         for batch in batches:
             batch["prev_logprobs"] = self._logprobs(batch, reference=False)
@@ -191,13 +191,17 @@ class PolicyRank:
         self.worker.prepare_for_training()
         step_metrics = []
         kl_penalty = []
+        token_sums = []
+        per_token = [k for k, v in metric_normalizers(self.config.loss_fn).items() if v == "tokens"]
         for batch in batches:
             self.loss.take()  # nothing from outside this optimizer step
             metrics = self.worker.train(batch)
             step_metrics.append(metrics)
+            raw = self.loss.take()
             # kl_penalty is normalised like the gradient: by the step's global count.
             count = metrics["global_valid"]
-            kl_penalty.append(self.loss.take().get("kl_penalty", 0.0) / count if count else 0.0)
+            kl_penalty.append(raw.get("kl_penalty", 0.0) / count if count else 0.0)
+            token_sums.append({k: raw[k] for k in per_token if k in raw})
         training_time = time.perf_counter() - start
         return TrainResult(
             kl_sum=[s.kl_sum for s in sums],
@@ -211,6 +215,7 @@ class PolicyRank:
             moe=[{k: v for k, v in m.items() if k.startswith("moe/")} for m in step_metrics]
             if "moe/tokens_per_expert" in step_metrics[0]
             else [],
+            token_metric_sums=token_sums,
         )
 
     # ---- checkpoints ----------------------------------------------------------------

@@ -77,6 +77,8 @@ def test_value_and_shape_errors() -> None:
         load_config(overrides=["grpo.num_generations_per_prompt=1"])
     with pytest.raises(ConfigError, match=r"reference_policy_kl_type"):
         load_config(overrides=["loss_fn.reference_policy_kl_type=k9"])
+    with pytest.raises(ConfigError, match=r"needs loss_fn.reference_policy_kl_penalty=0 \(it is"):
+        load_config(overrides=["grpo.skip_reference_policy_logprobs_calculation=true"])
     with pytest.raises(
         ConfigError,
         match=r"task.math_verify_impl='qwen'.*knows hf_math_verify and dapo_math_verify",

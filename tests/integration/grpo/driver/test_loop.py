@@ -66,6 +66,14 @@ def test_cpu_preset_short_end_to_end_and_resume(tmp_path: Path, short: list[str]
     # optimizer steps (so > 0 once the policy has moved).
     assert records[0]["kl_penalty"] >= 0.0
     assert records[-1]["kl_penalty"] > 0.0
+    for r in records:  # the metrics that explain a run (their values: test_nemo_rl_parity)
+        # Of 2 optimizer steps the first is on-policy (ratio 1, never clipped).
+        assert r["approx_entropy"] > 0.0 and 0.0 <= r["clip_fraction"] < 0.5
+        # The sampler is the trained model: its logprobs agree with the trainer's.
+        assert r["gen_kl_error"] == pytest.approx(0.0, abs=1e-5)
+        assert r["probs_ratio"] == pytest.approx(2.0, abs=0.2)  # ~1 per optimizer step
+        assert r["mean_gen_tokens_per_sample"] == r["response_tokens_mean"]
+        assert 0.0 <= r["frac_groups_with_reward_signal"] <= 1.0
     assert result.plot_path is not None and result.plot_path.stat().st_size > 10_000
     point = find_latest(out)
     assert point.step == 3 and point.path.name == "step_000003"
@@ -119,27 +127,48 @@ def test_replica_layout_groups_ranks_contiguously() -> None:
     assert ReplicaLayout(dp=2, world=2).per_rank(["a", "b"]) == ["a", "b"]
 
 
+def _records(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
 @pytest.mark.cpu_only(reason=CPU_PRESET)
-def test_without_a_kl_term_the_reference_forward_is_skipped(
+def test_without_a_kl_term_the_reference_forward_is_skipped_unless_kl_is_asked_for(
     tmp_path: Path, short: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """As NeMo-RL's grpo auto-enables skip_reference_policy_logprobs_calculation at
-    reference_policy_kl_penalty 0: no reference forward, KL reported 0, the same loss as a run
-    whose KL term is still 0 (step 1: the policy is the reference)."""
-    one_step = [*short, "grpo.max_num_steps=1"]
-    _run(tmp_path / "with_kl", one_step)
+    """At reference_policy_kl_penalty 0 the reference forward is skipped as NeMo-RL's grpo
+    skips it (the KL reads 0); grpo.skip_reference_policy_logprobs_calculation=false keeps it
+    for the `kl` metric alone: 0 at step 1 (the policy is the reference), > 0 once the
+    policy has moved, and training bit-identical to the run without it."""
+    two = [*short, "grpo.max_num_steps=2", "loss_fn.reference_policy_kl_penalty=0"]
+    _run(tmp_path / "measured", [*two, "grpo.skip_reference_policy_logprobs_calculation=false"])
 
     def refuse(*_args: Any) -> None:
-        raise AssertionError("the reference forward ran with reference_policy_kl_penalty=0")
+        raise AssertionError("the reference forward ran although it was to be skipped")
 
     monkeypatch.setattr(MegatronPolicyWorker, "get_reference_policy_logprobs", refuse)
-    _run(tmp_path / "no_kl", [*one_step, "loss_fn.reference_policy_kl_penalty=0"])
-    with_kl, no_kl = (
-        json.loads((tmp_path / name / "metrics.jsonl").read_text()) for name in ("with_kl", "no_kl")
-    )
-    assert no_kl["kl"] == 0.0 and no_kl["kl_penalty"] == 0.0
-    assert no_kl["reward_mean"] == with_kl["reward_mean"]
-    assert no_kl["loss"] == pytest.approx(with_kl["loss"], abs=1e-6)
+    _run(tmp_path / "skipped", two)
+    measured, skipped = _records(tmp_path / "measured"), _records(tmp_path / "skipped")
+    assert measured[0]["kl"] == 0.0 and measured[1]["kl"] > 1e-4
+    assert all(r["kl"] == 0.0 for r in skipped)
+    assert all(r["kl_penalty"] == 0.0 for r in measured + skipped)  # no KL term in the loss
+    for a, b in zip(measured, skipped, strict=True):
+        for key in ("reward_mean", "loss", "grad_norm", "approx_entropy", "clip_fraction"):
+            assert a[key] == b[key], key
+
+
+@pytest.mark.cpu_only(reason=CPU_PRESET)
+def test_grad_norm_is_logged_before_clipping(tmp_path: Path, short: list[str]) -> None:
+    """One optimizer step (the same samples, the same policy): the norm the optimizer
+    clips, logged before it clips, so it reads the same at policy.max_grad_norm 1e-6 as
+    unclipped; after clipping it would be <= 1e-6."""
+    one = [*short, "grpo.max_num_steps=1", "policy.train_global_batch_size=16"]
+    norms = []
+    for clip in ("0.000001", "1000000.0"):
+        _run(tmp_path / clip, [*one, f"policy.max_grad_norm={clip}"])
+        (record,) = _records(tmp_path / clip)
+        assert record["optimizer_steps"] == 1
+        norms.append(record["grad_norm"])
+    assert norms[0] == norms[1] > 1e-3
 
 
 @pytest.mark.cpu_only(reason=CPU_PRESET)
