@@ -26,11 +26,21 @@ TIMINGS = {"generation_time_s", "logprob_time_s", "training_time_s", "step_time_
 PERIOD = ["grpo.max_num_steps=6", "checkpointing.save_period=2"]
 
 
+# cpu-hf-tiny: a Hugging Face policy through Megatron-Bridge, every checkpoint with its HF
+# export (save_consolidated), as the real-model presets save.
+HF_PRESET = ("--preset", "cpu-hf-tiny")
+HF_PERIOD = ["grpo.max_num_steps=4", "checkpointing.save_period=2"]
+
+
 def _cli(
-    out: Path, short: list[str], *extra: str, kill: str | None = None
+    out: Path,
+    short: list[str],
+    *extra: str,
+    kill: str | None = None,
+    period: list[str] = PERIOD,
 ) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "mcore_grpo.cli", "--in-process", "--no-progress"]
-    cmd += ["--output-dir", str(out), *extra, *short, *PERIOD]
+    cmd += ["--output-dir", str(out), *extra, *short, *period]
     env = dict(os.environ)
     env.pop("MCORE_GRPO_INJECT_KILL", None)
     if kill:
@@ -118,3 +128,45 @@ def test_interrupt_ends_a_ray_run_within_seconds_on_a_loaded_machine(
     from mcore_grpo.grpo.driver.checkpoint import find_latest
 
     assert find_latest(tmp_path / "run").step >= 2
+
+
+def _run_hf_in_process(out: Path, overrides: list[str], *, resume: bool = False) -> None:
+    """cpu-hf-tiny in this process, as `mcore-grpo --in-process` runs it (no start-up cost)."""
+    from mcore_grpo.grpo.config.config_loader import load_config
+    from mcore_grpo.grpo.driver.loop import GRPOLoop
+    from mcore_grpo.grpo.policy_model.hf_model import resolve_model
+    from mcore_grpo.grpo.ranks.messages import TaskTokens
+    from mcore_grpo.grpo.ranks.runner import LocalRunner
+    from mcore_grpo.grpo.tasks.math_task import make_task
+
+    config = resolve_model(load_config(HF_PRESET[1], overrides=overrides), out)
+    task = make_task(config)
+    runner = LocalRunner(config, TaskTokens.of(task))
+    try:
+        GRPOLoop(config, task, runner, out).run(resume=resume, progress=False)
+    finally:
+        runner.shutdown()
+
+
+@pytest.mark.timeout(600)
+def test_a_hugging_face_preset_killed_mid_save_resumes_to_the_same_metrics(
+    tmp_path: Path, short: list[str]
+) -> None:
+    """The real-model presets' checkpoints (a Bridge-converted HF policy, each save with its
+    HF export): a run SIGKILLed while saving step 4 (rank files and export written,
+    unpublished) resumes from step 2 and logs what a run never interrupted logs. Only the
+    killed run is a process of its own; the others run here, to keep the test short."""
+    whole = tmp_path / "whole"
+    _run_hf_in_process(whole, [*short, *HF_PERIOD])
+    out = tmp_path / "run"
+    assert (
+        _cli(out, short, *HF_PRESET, kill="save:4", period=HF_PERIOD).returncode == -signal.SIGKILL
+    )
+    root = out / "checkpoints"
+    assert list(root.glob("step_000004.tmp-*/hf")), "the kill did not land after the export"
+    assert [r["step"] for r in _metrics(out)] == [1, 2, 3, 4]
+    _run_hf_in_process(out, [*short, *HF_PERIOD], resume=True)
+    assert _metrics(out) == _metrics(whole)
+    assert (root / "latest").read_text() == "step_000004"
+    assert (root / "step_000004" / "hf" / "config.json").is_file()
+    assert not list(root.glob("*.tmp-*"))
