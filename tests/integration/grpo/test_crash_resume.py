@@ -154,19 +154,23 @@ def test_a_hugging_face_preset_killed_mid_save_resumes_to_the_same_metrics(
 ) -> None:
     """The real-model presets' checkpoints (a Bridge-converted HF policy, each save with its
     HF export): a run SIGKILLed while saving step 4 (rank files and export written,
-    unpublished) resumes from step 2 and logs what a run never interrupted logs. Only the
-    killed run is a process of its own; the others run here, to keep the test short."""
-    whole = tmp_path / "whole"
-    _run_hf_in_process(whole, [*short, *HF_PERIOD])
+    unpublished) has logged steps 1-4 as an uninterrupted run does; resumed (in this
+    process, to keep the test short), it goes on from step 2 and logs steps 3-4 again,
+    the same."""
     out = tmp_path / "run"
     assert (
         _cli(out, short, *HF_PRESET, kill="save:4", period=HF_PERIOD).returncode == -signal.SIGKILL
     )
     root = out / "checkpoints"
     assert list(root.glob("step_000004.tmp-*/hf")), "the kill did not land after the export"
-    assert [r["step"] for r in _metrics(out)] == [1, 2, 3, 4]
+    before = _metrics(out)
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    assert [r["step"] for r in before] == [1, 2, 3, 4]
     _run_hf_in_process(out, [*short, *HF_PERIOD], resume=True)
-    assert _metrics(out) == _metrics(whole)
+    assert _metrics(out) == before
+    # Steps 1-2 kept as logged (timings too), steps 3-4 run again (their timings differ).
+    after = (out / "metrics.jsonl").read_text().splitlines()
+    assert after[:2] == lines[:2] and after[2] != lines[2] and after[3] != lines[3]
     assert (root / "latest").read_text() == "step_000004"
     assert (root / "step_000004" / "hf" / "config.json").is_file()
     assert not list(root.glob("*.tmp-*"))
