@@ -92,7 +92,11 @@ def verify_stack(
     tripwire_states = (
         [s for plan in plans for pair in plan.states for s in pair] if opts.tripwires else []
     )
-    inputs = state_cache.key_inputs(root, python, [up.name for up in ups]) if opts.cache else None
+    inputs = (
+        state_cache.key_inputs(root, python, [up.name for up in ups], [p.suite for p in suites])
+        if opts.cache
+        else None
+    )
     suite_states = [s for plan in suites for s in plan.states]
     # Longest first, as far as can be told before running: the suite runs (many files), then
     # states with more nodes, then left-out states (their tests fail slowly).
@@ -134,7 +138,7 @@ def _run_cached(
     if inputs is None:
         run_states(root, python, states, opts.jobs, progress, opts.fork_server)
         return
-    keys = [state_cache.state_key(root, s, inputs) for s in states]
+    keys = [state_cache.state_key(s, inputs) for s in states]
     for state, key in zip(states, keys, strict=True):
         outcomes = None if opts.fresh else state_cache.load(root, state.upstream, key)
         if outcomes is not None:

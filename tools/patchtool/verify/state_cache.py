@@ -144,15 +144,21 @@ class KeyInputs:
     stack: str
     environment: str
     project: str
+    plugins: dict[str, dict[str, str]]  # upstream -> its suite's plugin sources, by digest
 
 
-def key_inputs(root: Path, python: Path, verified: list[str]) -> KeyInputs | None:
+def key_inputs(
+    root: Path, python: Path, verified: list[str], suites: list[UpstreamSuite]
+) -> KeyInputs | None:
     """The shared inputs of this run's keys; None when nothing may be cached (a dirty
     checkout that is not verified)."""
     stack = stack_fingerprint(root, verified)
     if stack is None:
         return None
-    return KeyInputs(stack, environment_fingerprint(root, python), project_fingerprint(root))
+    plugins = {suite.upstream: _plugins_digest(root, suite) for suite in suites}
+    return KeyInputs(
+        stack, environment_fingerprint(root, python), project_fingerprint(root), plugins
+    )
 
 
 def project_fingerprint(root: Path) -> str:
@@ -178,7 +184,7 @@ def _plugins_digest(root: Path, suite: UpstreamSuite) -> dict[str, str]:
     }
 
 
-def state_key(root: Path, state: VerifyState, inputs: KeyInputs) -> str:
+def state_key(state: VerifyState, inputs: KeyInputs) -> str:
     """The key of one state's outcomes (see the module docstring for what goes in)."""
     parts: dict[str, object] = {
         "upstream": state.upstream,
@@ -192,7 +198,7 @@ def state_key(root: Path, state: VerifyState, inputs: KeyInputs) -> str:
     if state.suite is not None:
         parts["suite"] = asdict(state.suite)
         parts["args"] = upstream_pytest_args(state.suite)
-        parts["plugins"] = _plugins_digest(root, state.suite)
+        parts["plugins"] = inputs.plugins[state.suite.upstream]
     else:
         parts["project"] = inputs.project
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
