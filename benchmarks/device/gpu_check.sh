@@ -75,7 +75,7 @@ elif [[ " $STAGES " == *" parity "* ]]; then
 fi
 
 # shellcheck disable=SC2086  # SMOKE_ARGS: words on purpose
-stage smoke "${SMOKE_S:-150}" python3 -m mcore_grpo.cli --preset gpu-smoke --in-process \
+stage smoke "${SMOKE_S:-240}" python3 -m mcore_grpo.cli --preset gpu-smoke --in-process \
   --output-dir "$work/gpu-smoke" ${SMOKE_ARGS:-}
 cp "$work/gpu-smoke/metrics.jsonl" "$OUT/smoke-metrics.jsonl" 2>/dev/null
 nvidia-smi --query-gpu=memory.used --format=csv,noheader >>"$OUT/summary.txt" 2>&1
