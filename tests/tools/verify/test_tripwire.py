@@ -369,3 +369,41 @@ def test_import_roots_stop_at_the_first_regular_package(tmp_path: Path) -> None:
     bridge_patch = _touching("src/megatron/bridge/peft/lora_layers.py", "tests/test_x.py")
     assert import_roots([bridge_patch], root, bridge) == ["megatron.bridge"]
     assert import_roots([_touching("pkg/nested/mod.py")], root, bridge) == ["pkg.nested"]
+
+
+def test_the_series_state_runs_every_patchs_tests_in_one_process(sandbox: Sandbox) -> None:
+    """Two patches of one upstream: three processes, not four. One state runs both patches'
+    tests on the series tree; each left-out state runs only its own patch's test, and a test
+    still fails there when its own patch is left out (both proofs hold)."""
+    repo, pin = sandbox.upstream("Up", {"a.py": "A = 1\n", "b.py": "B = 1\n"})
+    sandbox.add("Up", str(repo), pin)
+    patches = {}
+    for name in ("a", "b"):
+        trailer = (
+            f"Upstream-Status: pending\nOrigin: tests\nTest: tests/test_{name}.py::test_trip\n"
+        )
+        patches[f"fix-{name}.patch"] = sandbox.make_patch(
+            repo, pin, {f"{name}.py": f"{name.upper()} = 2\n"}, f"Fix {name}", trailer
+        )
+        test = (
+            "import os\nfrom pathlib import Path\n\n\n"
+            "def test_trip():\n"
+            "    tree = Path(os.environ['PATCHTOOL_TREE_UP'])\n"
+            "    with (Path(__file__).parents[1] / 'pids.log').open('a') as out:\n"
+            f"        out.write(f'{name} {{os.getpid()}} {{tree.name}}\\n')\n"
+            f"    assert '{name.upper()} = 2' in (tree / '{name}.py').read_text()\n"
+        )
+        write(sandbox.root, {f"tests/test_{name}.py": test})
+    sandbox.set_series("Up", patches)
+    sandbox.commit()
+    up = load_manifest(sandbox.root).upstreams["Up"]
+    assert apply_upstream(sandbox.root, up).state == "applied"
+    proofs = verify_upstreams(sandbox.root, [up], Path(sys.executable), progress=False, jobs=2)
+    assert [p.verdict for p in proofs] == ["proven", "proven"]
+    rows = [line.split() for line in (sandbox.root / "pids.log").read_text().splitlines()]
+    series = {(test, pid) for test, pid, tree in rows if tree == "series"}
+    assert {test for test, _ in series} == {"a", "b"}
+    assert len({pid for _, pid in series}) == 1  # both tests, one process
+    left_out = sorted((test, tree) for test, _, tree in rows if tree != "series")
+    assert left_out == [("a", "without-fix-a"), ("b", "without-fix-b")]
+    assert len({pid for _, pid, _ in rows}) == 3

@@ -89,8 +89,11 @@ def verify_stack(
     suites = (
         _suite_plans(layouts, ups, plans, opts, result.notes) if opts.own_tests or opts.gate else []
     )
+    # Each plan's "with the series" state is shared by its pairs: run (and count) it once.
     tripwire_states = (
-        [s for plan in plans for pair in plan.states for s in pair] if opts.tripwires else []
+        list({id(s): s for plan in plans for pair in plan.states for s in pair}.values())
+        if opts.tripwires
+        else []
     )
     inputs = (
         state_cache.key_inputs(root, python, [up.name for up in ups], [p.suite for p in suites])

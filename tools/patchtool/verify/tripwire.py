@@ -7,8 +7,8 @@ a left-out state hard-links that tree and reverse-applies its patch on private c
 patch's files). A state names a tree for every upstream being verified (the others' series
 trees), through `PATCHTOOL_TREE_<UPSTREAM>` and PYTHONPATH, as `rebase --tripwires` does.
 
-Each patch has two states, each one process: its tests with the series, its tests without
-the patch. The processes are forked by a server (forkserver.py) that imported the project's
+Each upstream has one state that runs every patch's tests with the series, and each patch one
+state that runs its tests without the patch, each state one process. The processes are forked by a server (forkserver.py) that imported the project's
 heavy third-party modules once (`[tool.patchtool.verify] preload` in pyproject.toml), which
 cuts each process's start from ~15 s of CPU to ~1 s; the tests' own rank processes are forked
 by it too (tests/support/python_process.py). Every child checks, when it ends, that each
@@ -85,9 +85,8 @@ class TripwirePlan:
 
     proofs: list[Proof]
     testable: list[tuple[Proof, Patch]]
-    states: list[
-        tuple[VerifyState, VerifyState]
-    ]  # (with the series, without the patch) per testable
+    # (with the series, without the patch) per testable; the first is one state shared by all
+    states: list[tuple[VerifyState, VerifyState]]
     # For the upstream's own tests (upstream_proof.py): set when the source is the exact pin.
     series: list[tuple[SeriesEntry, Patch]] = field(default_factory=list)
     repo: Path | None = None
@@ -172,9 +171,14 @@ def plan_upstream(root: Path, up: Upstream, suite: UpstreamSuite | None) -> Trip
     # A left-out state leaves the patch's upstream tests in place: our tripwires never run
     # them, and a later patch may extend the same test file (its hunks would not reverse).
     keep = (f"{suite.test_top}/*",) if suite else ()
+    # One state runs every patch's tests on the series trees (one process, one import of the
+    # upstreams: ~10 s of CPU each, for tests of a second or two); each left-out state stays a
+    # process of its own, so no patch's failure without it can lean on another's tests.
+    nodes = list(dict.fromkeys(node for proof, _ in testable for node in proof.tests))
+    with_series = VerifyState(up.name, repo, nodes, None, packages, name="the series")
     states = [
         (
-            VerifyState(up.name, repo, proof.tests, None, packages, name=patch.path.name),
+            with_series,
             VerifyState(
                 up.name, repo, proof.tests, patch, packages, name=patch.path.name, exclude=keep
             ),
