@@ -55,7 +55,17 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         ),
     ),
     ("source", ("source.", "core.checkout", "core.gitlinks", "core.state", "core.pin_check")),
-    ("model", ("core.manifest", "core.series", "core.paths", "core.trailers", "core.test_suites")),
+    (
+        "model",
+        (
+            "core.manifest",
+            "core.series",
+            "core.paths",
+            "core.ports",
+            "core.trailers",
+            "core.test_suites",
+        ),
+    ),
     ("git", ("core.git", "errors", "interrupts", "command_lock")),
 ]
 # The layer whose packages (core's domain modules, verify, rebase, upstream_check) do not

@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("export", "EXPORT"),
     "rebase": ("rebase", "REBASE"),
     "open-pr": ("open_pr", "OPEN_PR"),
+    "port": ("port", "PORT"),
     "set-status": ("set_status", "SET_STATUS"),
     "check-pins": ("check_pins", "CHECK_PINS"),
     "pin": ("pin", "PIN"),
@@ -41,7 +42,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 # Commands that may reach an upstream (clone, fetch, probe) or report where a source came
 # from: they take --mirror-dir (source/mirror.py); PATCHTOOL_MIRROR_DIR applies to every command.
 MIRROR_COMMANDS = frozenset(
-    {"apply", "reset", "status", "rebase", "pin", "roll", "report", "check-pins"}
+    {"apply", "reset", "status", "rebase", "pin", "port", "roll", "report", "check-pins"}
 )
 
 

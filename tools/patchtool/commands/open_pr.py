@@ -1,8 +1,9 @@
 """`tools/patches open-pr PATCH [--stack] [--push]`: the upstream PR a contributor would open
 by hand, from a patch (core/pull_request.py): the commit authored and signed off by you, the
-body the upstream's PR template filled in. Prints the branch, title, body file, notes and the
-push/gh commands; with --push runs them and records `Upstream-Status: submitted <URL>`. Exit
-OK, or an `error:` line.
+body the upstream's PR template filled in. For base main a patch's port onto main
+(patches/<Upstream>/main/, core/ports.py) is opened in its place. Prints the branch, the port
+used, title, body file, notes and the push/gh commands; with --push runs them and records
+`Upstream-Status: submitted <URL>`. Exit OK, or an `error:` line.
 """
 
 from __future__ import annotations
@@ -52,6 +53,10 @@ def _run(args: argparse.Namespace) -> int:
     )
     print(f"branch {pr.branch} at {pr.commit[:12]} (from {pr.start[:12]}) in {pr.upstream}")
     print(f"base:  {pr.base}")
+    if pr.port:
+        print(
+            f"port:  {pr.port} (the patch resolved onto main, where the pin patch does not apply)"
+        )
     print(f"title: {pr.title}")
     where = f"filled {pr.template}" if pr.template else "the upstream has no PR template"
     print(f"body:  {pr.body_file} ({where})")

@@ -16,6 +16,7 @@ from .checkout import checkout_dir, is_repo
 from .gitlinks import gitlink_problems
 from .manifest import MANIFEST_PATH, Manifest, Upstream, standin_problems
 from .paths import patch_path_problems
+from .ports import PORT_DIR, port_problems
 from .series import RETIRED_DIR, SERIES_FILE, Patch, parse_patch, read_series
 from .test_suites import UPSTREAM_TEST_KEY, UpstreamSuite, load_suites
 
@@ -264,6 +265,22 @@ def lint_upstream(
                     rel, 1, f"not listed in {series_rel}: add it or move it to {RETIRED_DIR}/"
                 )
             )
+    return errors + _port_errors(root, up, checkout_or_none, set(seen))
+
+
+def _port_errors(
+    root: Path, up: Upstream, checkout: Path | None, names: set[str]
+) -> list[LintError]:
+    """Ports onto main (core/ports.py): each a well-formed patch whose commit is its pin
+    patch's, and none without a pin patch in the series."""
+    series_dir = root / up.series_dir
+    errors = []
+    for path in sorted((series_dir / PORT_DIR).glob("*.patch")):
+        if path.name in names:
+            rel = (up.series_dir / PORT_DIR / path.name).as_posix()
+            errors += lint_patch(root, rel, parse_patch(path), checkout)
+    for path, line, why in port_problems(series_dir, names):
+        errors.append(LintError(path.relative_to(root).as_posix(), line, why))
     return errors
 
 

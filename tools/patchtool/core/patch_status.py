@@ -1,8 +1,9 @@
 """`set-status PATCH KIND [DETAIL]`: record a patch's Upstream-Status (e.g. the PR URL).
 
-The trailer is rewritten in the patch file and, when branch `patched` of the upstream
-checkout carries the patch's commit, in that commit too (the branch is replayed with
-identical trees), so `export --check` stays clean.
+The trailer is rewritten in the patch file, in its port onto main (core/ports.py) when it has
+one (lint wants their trailers equal), and, when branch `patched` of the upstream checkout
+carries the patch's commit, in that commit too (the branch is replayed with identical trees),
+so `export --check` stays clean.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .checkout import (
 from .export import patched_range
 from .git import branch_commits, rev
 from .manifest import Upstream, load_manifest
+from .ports import find_port, refuse_port
 from .series import SERIES_FILE, load_series, read_series
 from .trailers import STATUS_KEY, amend_commit_trailer, set_patch_trailer, status_value
 
@@ -54,6 +56,7 @@ def locate_patch(root: Path, given: str) -> Located:
     if name not in manifest.upstreams:
         raise PatchToolError(f"{given}: {name} is not an upstream in patches/upstreams.toml")
     up = manifest.upstreams[name]
+    refuse_port(path, name)
     index = -1
     if len(rel.parts) == 2:
         names = [e.name for e in read_series(root / up.series_dir / SERIES_FILE)]
@@ -69,12 +72,14 @@ def set_status(root: Path, given: str, kind: str, detail: str) -> list[str]:
     if kind == "submitted" and not _URL_RE.match(detail.strip()):
         raise PatchToolError(f"submitted needs the PR URL (https://...), not {detail!r}")
     loc = locate_patch(root, given)
-    data = loc.path.read_bytes()
-    new = set_patch_trailer(data, STATUS_KEY, value, loc.path)
+    port = find_port(loc.path) if loc.index >= 0 else None
     changed = []
-    if new != data:
-        loc.path.write_bytes(new)
-        changed.append(loc.path.relative_to(root.resolve()).as_posix())
+    for path in (loc.path, port) if port else (loc.path,):
+        data = path.read_bytes()
+        new = set_patch_trailer(data, STATUS_KEY, value, path)
+        if new != data:
+            path.write_bytes(new)
+            changed.append(path.relative_to(root.resolve()).as_posix())
     if loc.index >= 0 and _update_branch(root, loc, value):
         changed.append(f"{loc.upstream.path}: branch patched (commit {loc.index + 1} reworded)")
     return changed

@@ -5,6 +5,7 @@ commit, or with `--stack` the PR branch of the patch this one `Depends-On`): the
 as `git am` would, in a temporary index (the checkout's HEAD, index and files untouched), its
 tree committed as the contributor's own: authored by git's user.name/user.email, this
 repository's trailers out, the contributor's `Signed-off-by` in (core/pr_template.py). The
+patch applied is its port onto main (core/ports.py) when the PR targets main and has one. The
 title is the subject, checked against the upstream's title convention (core/pr_title.py); the
 body is the upstream's PR template filled with what the patch knows (without one: the message
 and the tripwire test). The `git push` and `gh pr create` commands are printed as argument
@@ -29,6 +30,7 @@ from .checkout import checkout_dir, is_real_clone, is_repo, standin_spec
 from .git import git, git_text, rev, run
 from .manifest import Upstream, load_manifest
 from .patch_status import locate_patch, set_status
+from .ports import pr_port
 from .pr_sources import (
     BRANCH_PREFIX,
     contributor,
@@ -66,6 +68,7 @@ class PullRequest:
     body_file: str
     base: str = "main"  # the branch the PR targets (a stacked PR: its dependency's PR branch)
     template: str = ""  # the upstream's PR template the body fills ("" = none)
+    port: str = ""  # the port onto main applied instead of the patch ("" = the patch itself)
     push: list[str] = field(default_factory=list)
     gh: list[str] = field(default_factory=list)
     pushed: bool = False
@@ -236,11 +239,16 @@ def _checked_patch(root: Path, given: str) -> tuple[Path, Upstream, Path, Patch]
             f"{up.path}: open-pr needs a git clone of {up.url} (this is "
             f"{'a release stand-in' if standin else 'no checkout'}); run git submodule update --init {up.path}"
         )
-    patch = parse_patch(loc.path)
+    return loc.path, up, repo, _parsed(loc.path)
+
+
+def _parsed(path: Path) -> Patch:
+    """The patch (or its port), refused when it does not parse cleanly."""
+    patch = parse_patch(path)
     if patch.problems:
         line, why = patch.problems[0]
-        raise PatchToolError(f"{loc.path}:{line}: {why}; fix the patch first (tools/patches lint)")
-    return loc.path, up, repo, patch
+        raise PatchToolError(f"{path}:{line}: {why}; fix the patch first (tools/patches lint)")
+    return patch
 
 
 def _notes(facts: PrFacts, body: str, stacked: Dependency | None, fork: bool) -> list[str]:
@@ -291,6 +299,9 @@ def open_pr(
     where = (remote, base, onto)
     start, pr_base, stacked, deps = _plan_base(root, repo, up, patch, deps, where, stack)
     branch = branch or BRANCH_PREFIX + patch_path.stem
+    port = pr_port(patch_path, base, onto)
+    if port:
+        patch = _parsed(port)
     head = build_branch(repo, start, branch, patch, who, force, _apply_hint(deps, stacked))
     title = git_text(["log", "-1", "--format=%s", head], repo)
     message_body = git(["log", "-1", "--format=%b", head], repo)
@@ -300,6 +311,7 @@ def open_pr(
     fork = github_repo(remote_url)
     rel = patch_path.relative_to(root.resolve()).as_posix()
     pr = PullRequest(rel, up.name, branch, start, head, title, str(body_file), pr_base, template)
+    pr.port = port.relative_to(root.resolve()).as_posix() if port else ""
     pr.push = ["git", "-C", str(repo), "push", remote, f"{head}:refs/heads/{branch}"]
     pr.gh = _gh_command(up, fork, pr)
     advice = title_notes(title, read_convention(repo, start))
