@@ -152,3 +152,65 @@ def test_measure_without_tripwires_keeps_a_verdict_while_the_head_stands(
     up.rename(tmp_path / "gone")
     assert main(["--root", str(root), "report", "--measure"]) == 0
     assert previous(doc_path)[("Up", "fix.patch")] == moved
+
+
+def _no_gh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """git on PATH and no gh: PR states are unknown offline, as on these machines."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    if not (bin_dir / "git").exists():
+        (bin_dir / "git").symlink_to(shutil.which("git") or "/usr/bin/git")
+    monkeypatch.setenv("PATH", str(bin_dir))
+
+
+def test_check_wants_the_page_measured_on_the_main_an_offline_mirror_holds(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without a mirror an unmeasured page is current; with a mirror holding `main` it is not
+    until measured there, and again not once the mirror's `main` moves on."""
+    _no_gh(tmp_path, monkeypatch)
+    up, mirror = tmp_path / "up", tmp_path / "mirror"
+    run(["clone", "-q", "--bare", str(up), str(mirror / "Up.git")], tmp_path)
+    check = ["--root", str(root), "report", "--check"]
+    assert main(["--root", str(root), "report"]) == 0
+    assert main(check) == 0
+    assert main([*check, "--mirror-dir", str(mirror)]) == 1
+    err = capsys.readouterr().err
+    assert "Up: 1 of 1 patches not measured on its main" in err and "--measure" in err
+    assert main(["--root", str(root), "report", "--measure", "--mirror-dir", str(mirror)]) == 0
+    assert main([*check, "--mirror-dir", str(mirror)]) == 0
+    moved = commit(up, "main moves again", {"other.py": ["x = 1"]})
+    run(["push", "-q", str(mirror / "Up.git"), "main"], up)
+    assert main([*check, "--mirror-dir", str(mirror)]) == 1
+    assert f"but its main is at {moved[:12]}" in capsys.readouterr().err
+
+
+def test_a_port_is_measured_on_the_same_main_and_again_when_it_changes(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """main rewrites the line the fix changes: the pin patch conflicts there, its port (what
+    open-pr opens on main) applies; a port that no longer fits says so; a changed port drops
+    the earlier measurement."""
+    up = tmp_path / "up"
+    moved = ["# new", *numbered(30)]
+    moved[21] = "upstream 21"
+    commit(up, "main rewrites line 21", {"lib.py": moved})
+    fixed = [*moved[:21], "fixed 21", "added 21b", *moved[22:]]
+    port_file = root / "patches/Up/main/fix.patch"
+    port_file.parent.mkdir()
+    port_file.write_bytes(make_patch(up, "main", {"lib.py": fixed}, "fix lib", trailers()))
+    run(["-C", str(root / "3rdparty/Up"), "fetch", "-q", "origin"], tmp_path)
+    _no_gh(tmp_path, monkeypatch)
+
+    def measured() -> dict[str, str]:
+        assert main(["--root", str(root), "report", "--measure"]) == 0
+        return json.loads((root / "docs/patches.json").read_text())["patches"][0]["measurement"]
+
+    first = measured()
+    assert (first["head"], first["port"]) == ("conflict", "port applies")
+    assert "conflict; port applies (" in (root / "docs/patches.md").read_text()
+    port_file.write_bytes(port_file.read_bytes().replace(b"-upstream 21", b"-line 21"))
+    assert previous(root / "docs/patches.json")[("Up", "fix.patch")].port == "port applies"
+    assert main(["--root", str(root), "report"]) == 0  # a changed port loses its measurement
+    assert previous(root / "docs/patches.json")[("Up", "fix.patch")].head == "not measured"
+    assert measured()["port"] == "port does not apply"

@@ -2,7 +2,8 @@
 docs/patches.md and docs/patches.json (status_page/). `--measure` asks the outside world (the
 upstream's main through the rebase engine, `gh` for PR states); without it, the committed
 page's measurements are kept for byte-identical patches. `--check` writes nothing and exits 1
-when the committed page is not what `report` would write.
+when the committed page is not what `report` would write, or when an offline mirror
+(`--mirror-dir`) holds an upstream's `main` and the page is not measured on that commit.
 """
 
 from __future__ import annotations
@@ -15,12 +16,24 @@ from datetime import date
 from pathlib import Path
 
 from ..command import Command, root_of
+from ..core.git import git_text
 from ..core.manifest import Upstream, load_manifest
 from ..errors import ExitCode, PatchToolError
 from ..rebase.bases import GIT
 from ..rebase.flow import run_rebase
+from ..rebase.port import port_applies
 from ..rebase.result import PatchResult
-from ..status_page.live import UNKNOWN, VERDICTS, Measurement, kept_tripwire, pr_state
+from ..source.mirror import mirror_repo
+from ..status_page.live import (
+    PORT_APPLIES,
+    PORT_FAILS,
+    UNKNOWN,
+    VERDICTS,
+    Measurement,
+    kept_tripwire,
+    measurement_gaps,
+    pr_state,
+)
 from ..status_page.page import DOCUMENT, PAGE, current_rows, render, stale, write
 from ..status_page.rows import PatchRow
 from ..verify.pytest_run import venv_python
@@ -56,6 +69,13 @@ def _run(args: argparse.Namespace) -> int:
                 f"{', '.join(p.as_posix() for p in behind)} not current (the series changed "
                 "since it was generated); run tools/patches report and commit the result"
             )
+        gaps = measurement_gaps(rows, live, _mirror_heads(root, args.branch), args.branch)
+        if gaps:
+            raise PatchToolError(
+                f"{PAGE} is not measured on the {args.branch} the offline mirror holds: "
+                f"{'; '.join(gaps)}; run tools/patches report --measure (with that mirror) "
+                "and commit the result"
+            )
         print(f"{PAGE} and {DOCUMENT} are current ({len(rows)} patches)")
         return ExitCode.OK
     if args.json:
@@ -64,6 +84,22 @@ def _run(args: argparse.Namespace) -> int:
     write(root, texts)
     print(f"wrote {PAGE} and {DOCUMENT} ({len(rows)} patches)")
     return ExitCode.OK
+
+
+def _mirror_heads(root: Path, branch: str) -> dict[str, str]:
+    """upstream -> the commit `branch` is at in this run's offline mirror, for each upstream
+    whose mirror repository has that branch (the page must be measured there)."""
+    heads = {}
+    for name in load_manifest(root).upstreams:
+        bare = mirror_repo(name)
+        commit = (
+            git_text(["rev-parse", "--verify", "-q", f"refs/heads/{branch}"], bare, check=False)
+            if bare
+            else ""
+        )
+        if commit:
+            heads[name] = commit
+    return heads
 
 
 def _measure(
@@ -101,10 +137,31 @@ def _measure(
             continue
         for res in result.patches:
             heads[(up.name, res.name)] = (res, result.new.upstream_commit)
+    manifest = load_manifest(root)
     return [
-        m if row.upstream in unreachable else _measured(row, m, heads.get(row.key), today)
+        m
+        if row.upstream in unreachable
+        else _with_port(
+            root,
+            manifest.upstreams[row.upstream],
+            row,
+            _measured(row, m, heads.get(row.key), today),
+        )
         for row, m in zip(rows, live, strict=True)
     ]
+
+
+def _with_port(root: Path, up: Upstream, row: PatchRow, m: Measurement) -> Measurement:
+    """`m` with whether the row's port applies on the same head (open-pr opens the port)."""
+    if not row.port_sha256 or not m.head_commit:
+        return replace(m, port="", port_sha256="")
+    patch_file = root / up.series_dir / row.name
+    try:
+        applies = port_applies(root, up, patch_file, m.head_commit)
+    except PatchToolError as exc:
+        print(f"report: {row.name}: port not measured ({exc})", file=sys.stderr)
+        return replace(m, port=UNKNOWN, port_sha256=row.port_sha256)
+    return replace(m, port=PORT_APPLIES if applies else PORT_FAILS, port_sha256=row.port_sha256)
 
 
 def _keeps(upstream: str, why: str) -> None:

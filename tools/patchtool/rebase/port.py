@@ -178,6 +178,20 @@ def _attempt(
     return PortResult(rel, CONFLICT, base, ref=ref, scratch=scratch, detail=", ".join(conflicted))
 
 
+def port_applies(root: Path, up: Upstream, patch_file: Path, ref: str = PORT_BASE) -> bool:
+    """Whether `patch_file`'s port applies exactly on `ref` with its dependencies under it, as
+    open-pr would apply it (the status page's measurement; nothing is written)."""
+    port = find_port(patch_file)
+    if port is None:
+        raise PatchToolError(f"{patch_file.name} has no port under {up.name}/{PORT_DIR}/")
+    scratch = Path(tempfile.mkdtemp(prefix=f"patches-port-check-{up.name}-"))
+    try:
+        _prepare(root.resolve(), up, patch_file, ref, scratch)
+        return _try(scratch, port, three_way=False)
+    finally:
+        remove_scratch(scratch)
+
+
 def resume_port(root: Path, scratch: Path) -> PortResult:
     """Write the port from a scratch whose conflict was resolved and `git am --continue`d."""
     root = root.resolve()

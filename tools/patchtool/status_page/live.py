@@ -17,6 +17,7 @@ UNKNOWN = "unknown offline"
 NOT_MEASURED = "not measured"
 GH_TIMEOUT_S = 30.0
 VERDICTS = ("fails without the patch", "passes without the patch")
+PORT_APPLIES, PORT_FAILS = "port applies", "port does not apply"
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,8 @@ class Measurement:
     measured: str = ""  # YYYY-MM-DD
     sha256: str = ""
     tripwire_measured: str = ""  # YYYY-MM-DD the tripwire verdict was last measured
+    port: str = ""  # PORT_APPLIES / PORT_FAILS on the same head; "" when the patch has no port
+    port_sha256: str = ""  # the port file measured (a changed port is measured again)
 
 
 def previous(json_path: Path) -> dict[tuple[str, str], Measurement]:
@@ -48,9 +51,34 @@ def previous(json_path: Path) -> dict[tuple[str, str], Measurement]:
 
 
 def carried(row: PatchRow, old: dict[tuple[str, str], Measurement]) -> Measurement:
-    """The earlier measurement when the patch file is byte-identical, else nothing measured."""
+    """The earlier measurement when the patch file and its port are byte-identical, else
+    nothing measured."""
     prior = old.get(row.key)
-    return prior if prior is not None and prior.sha256 == row.sha256 else Measurement()
+    same = prior is not None and (prior.sha256, prior.port_sha256) == (row.sha256, row.port_sha256)
+    return prior if prior is not None and same else Measurement()
+
+
+def measurement_gaps(
+    rows: list[PatchRow], live: list[Measurement], heads: dict[str, str], branch: str
+) -> list[str]:
+    """Why the page is not measured against `heads` (upstream -> the commit its `branch` is at,
+    for the upstreams whose history is at hand): a row never measured there, or measured on
+    another commit. One line per upstream; [] when every such row is measured on its head."""
+    gaps = []
+    for upstream, head in heads.items():
+        mine = [(r, m) for r, m in zip(rows, live, strict=True) if r.upstream == upstream]
+        unmeasured = [r.name for r, m in mine if not m.head_commit]
+        elsewhere = sorted({m.head_commit[:12] for _, m in mine if m.head_commit} - {head[:12]})
+        if unmeasured:
+            gaps.append(
+                f"{upstream}: {len(unmeasured)} of {len(mine)} patches not measured on its "
+                f"{branch} ({head[:12]}), e.g. {unmeasured[0]}"
+            )
+        elif elsewhere:
+            gaps.append(
+                f"{upstream}: measured on {', '.join(elsewhere)}, but its {branch} is at {head[:12]}"
+            )
+    return gaps
 
 
 def kept_tripwire(prior: Measurement, head_commit: str) -> tuple[str, str] | None:

@@ -19,8 +19,9 @@ last measurement of each patch; do not edit. `.ci/run` checks it is current
 while the patch file is byte-identical; a tripwire verdict also only while the upstream head is
 the one it ran on; an upstream that cannot be reached keeps its rows' last measurement).
 "upstream head" is how the patch applies to the upstream's `main` (the rebase engine's
-classes); "tripwire" is its `Test:` run there without the patch (fails = the bug is still
-there). Each cell says the date it was measured.
+classes), and for a patch with a port onto `main` (`patches/<Upstream>/main/`, what `open-pr`
+opens there) whether the port applies; "tripwire" is its `Test:` run there without the patch
+(fails = the bug is still there). Each cell says the date it was measured.
 """
 
 
@@ -56,7 +57,8 @@ def markdown(rows: list[PatchRow], live: list[Measurement], root: Path | None = 
             if row.pr_number
             else "none"
         )
-        head = m.head + (f" ({m.head_commit[:12]}, {m.measured})" if m.head_commit else "")
+        head = m.head + (f"; {m.port}" if m.port else "")
+        head += f" ({m.head_commit[:12]}, {m.measured})" if m.head_commit else ""
         cells = [
             row.upstream,
             f"`{row.name}`",

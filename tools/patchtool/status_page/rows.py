@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..core.git import git_text
 from ..core.manifest import Upstream
+from ..core.ports import find_port
 from ..core.series import load_series
 from ..core.trailers import STATUS_KEY
 from ..errors import PatchToolError
@@ -35,6 +36,7 @@ class PatchRow:
     first_carried: str  # YYYY-MM-DD of the commit that added the file, "" when uncommitted
     test: str
     sha256: str  # of the patch file: a measurement is reused only for the same bytes
+    port_sha256: str = ""  # of its port onto main (core/ports.py), "" when it has none
 
     @property
     def key(self) -> tuple[str, str]:
@@ -90,6 +92,11 @@ def series_rows(root: Path, up: Upstream) -> list[PatchRow]:
                 first_carried=first_carried(root, path),
                 test=" ".join(patch.trailer_values("Test")),
                 sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+                port_sha256=_sha256(find_port(path)),
             )
         )
     return rows
+
+
+def _sha256(path: Path | None) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path is not None else ""
