@@ -54,7 +54,7 @@ def test_series_and_files_mismatch(sandbox: Sandbox) -> None:
 
 def test_trailers_tests_and_whitespace(sandbox: Sandbox) -> None:
     repo, pin = sandbox.upstream("Up", {"a.py": lines(10)})
-    bad = "Upstream-Status: merged somewhere\nTest: tests/test_trip.py::test_missing\nTest: tests/nope.py::test_x\n"
+    bad = "Upstream-Status: merged somewhere\nTest: tests/test_trip.py::test_missing\nTest: tests/nope.py::test_x\nKind: enhancement\n"
     patch = sandbox.make_patch(
         repo, pin, {"a.py": lines(10).replace("line 2\n", "line two  \n")}, "Fix", bad
     )
@@ -71,6 +71,7 @@ def test_trailers_tests_and_whitespace(sandbox: Sandbox) -> None:
     assert any("missing trailer `Origin:`" in e for e in errors)
     assert any("Test: no `def test_missing` in tests/test_trip.py" in e for e in errors)
     assert any("Test: tests/nope.py does not exist" in e for e in errors)
+    assert any("Kind: 'enhancement': want feature | fix" in e for e in errors)
     assert f"patches/Up/fix.patch:{ws_line}: trailing whitespace on an added line of a.py" in errors
 
 

@@ -84,14 +84,22 @@ def setup(tmp_path: Path) -> tuple[Path, Path, str]:
     return root, fork, subject
 
 
+ISSUE_URL = "https://github.com/NVIDIA/x/issues/6"
+
+
 def fake_gh(tmp_path: Path, url: str = "https://github.com/NVIDIA/x/pull/7") -> Path:
-    """A `gh` that records argv as JSON and prints a PR URL."""
+    """A `gh` that records argv as JSON (every call in gh-calls.json, the last in gh-argv.json)
+    and prints the URL of what it made: an issue for `issue create`, else the PR."""
     script = tmp_path / "bin" / "gh"
     script.parent.mkdir()
+    calls = tmp_path / "gh-calls.json"
     script.write_text(
-        "#!/usr/bin/env python3\nimport json, sys\n"
+        "#!/usr/bin/env python3\nimport json, os, sys\n"
+        f"calls = {str(calls)!r}\n"
+        "seen = json.load(open(calls)) if os.path.exists(calls) else []\n"
+        "json.dump([*seen, sys.argv[1:]], open(calls, 'w'))\n"
         f"open({str(tmp_path / 'gh-argv.json')!r}, 'w').write(json.dumps(sys.argv[1:]))\n"
-        f"print({url!r})\n"
+        f"print({ISSUE_URL!r} if sys.argv[1] == 'issue' else {url!r})\n"
     )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return script
@@ -134,21 +142,54 @@ def test_open_pr_builds_branch_and_body_without_pushing(
     assert not list(tmp_path.glob("canary*"))
 
 
-def test_push_to_local_bare_remote_without_gh(
+def test_push_without_gh_refuses_before_changing_anything(
     setup: tuple[Path, Path, str],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    root, fork, subject = setup
+    """Issue 58: --push opens the linked issue with gh first; without gh it fails in one line
+    and changes nothing (no PR branch, nothing pushed, the patch as it was)."""
+    root, fork, _subject = setup
+    before = (root / "patches/Up/fix.patch").read_bytes()
+    monkeypatch.setenv("PATH", git_only_path(tmp_path))
+    args = ["--root", str(root), "open-pr", "patches/Up/fix.patch", "--remote", "fork", "--push"]
+    assert main(args) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1 and "gh is not installed: nothing pushed" in captured.err
+    assert run(["branch", "--list", "mcore-rl-stack/fix"], root / "3rdparty/Up") == ""
+    assert run(["branch", "--list"], fork) == ""
+    assert (root / "patches/Up/fix.patch").read_bytes() == before
+    assert not list(tmp_path.glob("canary*"))
+
+
+def test_push_of_a_patch_with_its_issue_needs_no_gh_for_the_issue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A patch whose `Bug:` names its issue drafts none: --push pushes without gh and says
+    what is left."""
+    upstream = tmp_path / "upstream"
+    init_repo(upstream, {MOD: numbered(40)})
+    text = (
+        "Fix mod\n\nWhy: mod breaks.\n\nUpstream-Status: pending\nOrigin: mcore-rl-stack\n"
+        "Test: tests/test_x.py::test_fix\nBug: https://github.com/NVIDIA/x/issues/3\n"
+    )
+    root = make_superproject(
+        tmp_path / "super", upstream, patches=[("fix.patch", patch_with(upstream, text))]
+    )
+    fork = tmp_path / "fork.git"
+    run(["init", "-q", "--bare", str(fork)], tmp_path)
+    run(["remote", "add", "fork", str(fork)], root / "3rdparty/Up")
     monkeypatch.setenv("PATH", git_only_path(tmp_path))
     args = ["--root", str(root), "open-pr", "patches/Up/fix.patch", "--remote", "fork", "--push"]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "gh not found" in out and "set-status patches/Up/fix.patch submitted <PR URL>" in out
-    assert run(["log", "-1", "--format=%s", "mcore-rl-stack/fix"], fork) == subject
+    assert "note: linked issue: https://github.com/NVIDIA/x/issues/3" in out
+    assert "\nissue: " not in out and not list((root / ".cache/pr").glob("*.issue.md"))
+    assert run(["log", "-1", "--format=%s", "mcore-rl-stack/fix"], fork) == "Fix mod"
     assert b"Upstream-Status: pending" in (root / "patches/Up/fix.patch").read_bytes()
-    assert not list(tmp_path.glob("canary*"))
 
 
 def test_push_with_gh_records_url_and_keeps_export_stable(
@@ -161,23 +202,30 @@ def test_push_with_gh_records_url_and_keeps_export_stable(
     monkeypatch.setenv("PATH", f"{gh.parent}{os.pathsep}{os.environ['PATH']}")
     args = ["--root", str(root), "open-pr", "patches/Up/fix.patch", "--remote", "fork", "--push"]
     assert main(args) == 0
-    argv = json.loads((tmp_path / "gh-argv.json").read_text())
+    issue, argv = json.loads((tmp_path / "gh-calls.json").read_text())
+    assert issue[:2] == ["issue", "create"]  # the issue first
+    assert issue[issue.index("--title") + 1] == subject  # byte-exact, never shell-parsed
     assert argv[:4] == ["pr", "create", "--base", "main"]
-    assert argv[argv.index("--title") + 1] == subject  # byte-exact, never shell-parsed
+    assert argv[argv.index("--title") + 1] == subject
     assert not list(tmp_path.glob("canary*"))
     text = (root / "patches/Up/fix.patch").read_text()
     assert "\nUpstream-Status: submitted https://github.com/NVIDIA/x/pull/7\n" in text
+    assert f"\nBug: {ISSUE_URL}\n" in text
+    body = (root / argv[argv.index("--body-file") + 1]).read_text()
+    assert f"- Related to {ISSUE_URL}" in body  # the PR links the issue it opened
     # The patched branch was reworded too: a fresh export equals the edited file.
     assert main(["--root", str(root), "export", "--check", "Up"]) == 0
     assert main(["--root", str(root), "status", "Up"]) == 0
 
 
 def failing_gh(tmp_path: Path) -> Path:
-    """A `gh` that fails the way an unauthenticated one does."""
+    """A `gh` that opens the issue, then fails `pr create` the way an unauthenticated one
+    does."""
     script = tmp_path / "bin" / "gh"
     script.parent.mkdir()
     script.write_text(
         "#!/usr/bin/env python3\nimport sys\n"
+        f"if sys.argv[1] == 'issue':\n    print({ISSUE_URL!r})\n    sys.exit(0)\n"
         "sys.stderr.write('HTTP 401: Bad credentials\\n')\nsys.exit(1)\n"
     )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
@@ -203,7 +251,8 @@ def test_gh_failure_after_push_is_an_error_saying_what_is_left(
     assert "pushed mcore-rl-stack/fix to fork" in out
     assert "left to do: gh pr create --base main --head mcore-rl-stack/fix --title " in out
     assert "set-status patches/Up/fix.patch submitted <PR URL>" in out
-    assert b"Upstream-Status: pending" in (root / "patches/Up/fix.patch").read_bytes()
+    data = (root / "patches/Up/fix.patch").read_bytes()
+    assert b"Upstream-Status: pending" in data and f"Bug: {ISSUE_URL}".encode() in data
 
 
 def test_pr_body_reads_as_an_upstream_contribution(setup: tuple[Path, Path, str]) -> None:

@@ -1,8 +1,10 @@
 """`tools/patches open-pr PATCH [--stack] [--push]`: the upstream PR a contributor would open
 by hand, from a patch (core/pull_request.py): the commit authored and signed off by you, the
-body the upstream's PR template filled in. For base main a patch's port onto main
+body the upstream's PR template filled in, and beside it the linked issue drafted from the
+upstream's issue template (core/linked_issue.py). For base main a patch's port onto main
 (patches/<Upstream>/main/, core/ports.py) is opened in its place. Prints the branch, the port
-used, title, body file, notes and the push/gh commands; with --push runs them and records
+used, title, body file, issue draft, notes and the push/gh commands; with --push opens the
+issue first (its URL into `Bug:` and the body), runs them and records
 `Upstream-Status: submitted <URL>`. Exit OK, or an `error:` line.
 """
 
@@ -14,13 +16,17 @@ import sys
 
 from ..command import Command, root_of
 from ..core.pr_sources import BRANCH_PREFIX
-from ..core.pull_request import open_pr
+from ..core.pull_request import PullRequest, open_pr
 from ..errors import ExitCode
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("patch", metavar="PATCH", help="patches/<Upstream>/<name>.patch")
-    parser.add_argument("--push", action="store_true", help="run git push and gh pr create")
+    parser.add_argument(
+        "--push",
+        action="store_true",
+        help="run gh issue create (unless the patch has Bug:), git push and gh pr create",
+    )
     parser.add_argument("--remote", default="origin", help="remote to push to (your fork)")
     parser.add_argument("--base", default="main", help="upstream branch the PR targets")
     parser.add_argument(
@@ -60,6 +66,7 @@ def _run(args: argparse.Namespace) -> int:
     print(f"title: {pr.title}")
     where = f"filled {pr.template}" if pr.template else "the upstream has no PR template"
     print(f"body:  {pr.body_file} ({where})")
+    _print_issue(pr)
     print("push:  " + shlex.join(pr.push))
     print("pr:    " + shlex.join(pr.gh))
     for note in pr.notes:
@@ -70,6 +77,16 @@ def _run(args: argparse.Namespace) -> int:
         print(f"error: {pr.failed}", file=sys.stderr)
         return ExitCode.FAILED
     return ExitCode.OK
+
+
+def _print_issue(pr: PullRequest) -> None:
+    """The issue draft and its gh command (none when the patch's Bug: links one)."""
+    issue = pr.issue
+    if not issue.file or not issue.kind:
+        return
+    source = issue.template or "no template of that kind upstream: a plain draft"
+    print(f"issue: {issue.file} ({issue.kind.template_kind}, {source}; {issue.kind.rule})")
+    print("       " + shlex.join(issue.gh))
 
 
 OPEN_PR = Command(

@@ -14,6 +14,8 @@ from pathlib import Path
 from ..errors import PatchToolError
 from .checkout import checkout_dir, is_repo
 from .gitlinks import gitlink_problems
+from .issue_draft import KIND_KEY
+from .issue_template import FEATURE, FIX
 from .manifest import MANIFEST_PATH, Manifest, Upstream, standin_problems
 from .paths import patch_path_problems
 from .ports import PORT_DIR, port_problems
@@ -137,6 +139,12 @@ def _trailer_errors(root: Path, rel: str, patch: Patch) -> list[LintError]:
             )
         elif trailer.key in ("Origin", "Bug") and not trailer.value:
             errors.append(LintError(rel, where, f"`{trailer.key}:` is empty"))
+        elif trailer.key.lower() == KIND_KEY.lower() and trailer.value.lower() not in (
+            FEATURE,
+            FIX,
+        ):
+            why = f"{KIND_KEY}: {trailer.value!r}: want {FEATURE} | {FIX} (the linked issue's template)"
+            errors.append(LintError(rel, where, why))
         elif trailer.key == "Test":
             why = test_exists(root, trailer.value)
             if why:

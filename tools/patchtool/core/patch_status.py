@@ -67,25 +67,31 @@ def locate_patch(root: Path, given: str) -> Located:
 
 
 def set_status(root: Path, given: str, kind: str, detail: str) -> list[str]:
-    """Rewrite the trailer in the file (and branch `patched`); return what changed."""
+    """Rewrite the Upstream-Status trailer (file, port, branch); return what changed."""
     value = status_value(kind, detail)
     if kind == "submitted" and not _URL_RE.match(detail.strip()):
         raise PatchToolError(f"submitted needs the PR URL (https://...), not {detail!r}")
+    return set_trailer(root, given, STATUS_KEY, value)
+
+
+def set_trailer(root: Path, given: str, key: str, value: str) -> list[str]:
+    """Set trailer `key` in the patch file, its port and branch `patched`, in step (lint wants
+    pin patch and port equal; export --check wants the branch equal); return what changed."""
     loc = locate_patch(root, given)
     port = find_port(loc.path) if loc.index >= 0 else None
     changed = []
     for path in (loc.path, port) if port else (loc.path,):
         data = path.read_bytes()
-        new = set_patch_trailer(data, STATUS_KEY, value, path)
+        new = set_patch_trailer(data, key, value, path)
         if new != data:
             path.write_bytes(new)
             changed.append(path.relative_to(root.resolve()).as_posix())
-    if loc.index >= 0 and _update_branch(root, loc, value):
+    if loc.index >= 0 and _update_branch(root, loc, key, value):
         changed.append(f"{loc.upstream.path}: branch patched (commit {loc.index + 1} reworded)")
     return changed
 
 
-def _update_branch(root: Path, loc: Located, value: str) -> bool:
+def _update_branch(root: Path, loc: Located, key: str, value: str) -> bool:
     up = loc.upstream
     repo = checkout_dir(root, up)
     if not is_repo(repo) or not rev(repo, BRANCH_REF):
@@ -94,10 +100,10 @@ def _update_branch(root: Path, loc: Located, value: str) -> bool:
     commits = branch_commits(repo, base, tip)
     if loc.index >= len(commits):
         return False
-    new_tip = amend_commit_trailer(repo, commits[loc.index], tip, STATUS_KEY, value)
+    new_tip = amend_commit_trailer(repo, commits[loc.index], tip, key, value)
     if new_tip == tip:
         return False
-    if move_branch(repo, new_tip, tip, "tools/patches set-status"):
+    if move_branch(repo, new_tip, tip, f"tools/patches: {key} trailer"):
         # keep `status`/`apply` seeing the branch as the applied series
         series_dir = root / up.series_dir
         record_applied(repo, series_digest(up, series_dir, load_series(series_dir)))

@@ -1,5 +1,5 @@
 """What `open-pr` reads before it writes anything: the contributor's identity, the upstream's
-own PR template and title convention, and the patches a patch `Depends-On`.
+own PR template, issue templates and title convention, and the patches a patch `Depends-On`.
 
 Why from the PR's base commit (`git ls-tree`/`git show`), not the work tree: the PR is judged by
 the files of the branch it targets, and the checkout's HEAD is branch `patched`, which may
@@ -14,6 +14,7 @@ from pathlib import Path, PurePosixPath
 
 from ..errors import PatchToolError
 from .git import git, git_text, rev
+from .issue_template import ISSUE_TEMPLATE_DIR, IssueTemplate, is_template_file, parse_template
 from .manifest import Manifest, Upstream
 from .pr_template import (
     DEPENDS_KEY,
@@ -73,6 +74,12 @@ def read_template(repo: Path, commit: str) -> tuple[str, str]:
         paths += _tree_paths(repo, commit, folder, recursive=folder == ".github")
     found = pick_template(paths)
     return (found, _blob_text(repo, commit, found)) if found else ("", "")
+
+
+def read_issue_templates(repo: Path, commit: str) -> list[IssueTemplate]:
+    """The upstream's issue templates (.github/ISSUE_TEMPLATE/) at `commit`, parsed."""
+    paths = [p for p in _tree_paths(repo, commit, ISSUE_TEMPLATE_DIR) if is_template_file(p)]
+    return [parse_template(p, _blob_text(repo, commit, p)) for p in paths]
 
 
 def read_convention(repo: Path, commit: str) -> TitleConvention:

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 # Trailers meaningful only inside this repository: never in the upstream commit. `Bug:` becomes
-# the PR's linked issue, `Upstream-Test:` and `Depends-On:` the body's test and dependency lines.
+# the PR's linked issue, `Upstream-Test:` and `Depends-On:` the body's test and dependency lines,
+# `Kind:` (feature | fix) chooses the linked issue's template (core/issue_draft.py).
 OUR_TRAILERS = (
     "upstream-status",
     "upstream-evidence",
@@ -23,6 +24,7 @@ OUR_TRAILERS = (
     "bug",
     "upstream-test",
     "depends-on",
+    "kind",
 )
 SIGNOFF_KEY = "Signed-off-by"
 BUG_KEY, DEPENDS_KEY = "Bug", "Depends-On"

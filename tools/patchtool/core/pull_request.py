@@ -8,36 +8,44 @@ repository's trailers out, the contributor's `Signed-off-by` in (core/pr_templat
 patch applied is its port onto main (core/ports.py) when the PR targets main and has one. The
 title is the subject, checked against the upstream's title convention (core/pr_title.py); the
 body is the upstream's PR template filled with what the patch knows (without one: the message
-and the tripwire test). The `git push` and `gh pr create` commands are printed as argument
-lists (`shlex.join` is for display only); `--push` runs them as lists, so no byte of the patch
-ever reaches a shell. Without `--push` nothing leaves the machine.
+and the tripwire test; core/pr_body.py). Beside it the linked issue is drafted from the
+upstream's issue template (core/linked_issue.py); `--push` opens it first. The `gh issue
+create`, `git push` and `gh pr create` commands are printed as argument lists (`shlex.join` is
+for display only); `--push` runs them as lists, so no byte of the patch ever reaches a shell.
+Without `--push` nothing leaves the machine.
 """
 
 from __future__ import annotations
 
-import ast
 import re
 import shlex
 import shutil
 import subprocess
 import tempfile
-import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import GitError, PatchToolError
 from .checkout import checkout_dir, is_real_clone, is_repo, standin_spec
 from .git import git, git_text, rev, run
+from .linked_issue import (
+    LinkedIssue,
+    draft_issue,
+    find_gh,
+    issue_notes,
+    open_issue,
+    record_issue,
+)
 from .manifest import Upstream, load_manifest
 from .patch_status import locate_patch, set_status
 from .ports import pr_port
+from .pr_body import body_path, write_body
 from .pr_sources import (
     BRANCH_PREFIX,
     contributor,
     github_repo,
     load_dependencies,
     read_convention,
-    read_template,
     stack_base,
 )
 from .pr_template import (
@@ -45,16 +53,12 @@ from .pr_template import (
     Dependency,
     Identity,
     PrFacts,
-    facts_block,
-    fill_template,
     split_trailers,
     upstream_message,
 )
 from .pr_title import title_notes
 from .series import Patch, parse_patch
 from .test_suites import UPSTREAM_TEST_KEY
-
-PR_DIR = Path(".cache") / "pr"
 
 
 @dataclass
@@ -75,67 +79,7 @@ class PullRequest:
     url: str = ""
     notes: list[str] = field(default_factory=list)
     failed: str = ""  # set when a step after the push failed: what was done, what is left
-
-
-def test_source(root: Path, node: str) -> str:
-    """The source of test `path::name` (or `path::Class::name`) in this repository, else "".
-
-    Inlined in a template-less PR body so reviewers see the test itself, not a path of ours.
-    """
-    path, _, name = node.partition("::")
-    file = root / path
-    if not name or not file.is_file():
-        return ""
-    text = file.read_text(encoding="utf-8", errors="replace")
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        return ""
-    body: list[ast.stmt] = tree.body
-    found: ast.stmt | None = None
-    for part in name.split("::"):
-        found = next(
-            (
-                n
-                for n in body
-                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                and n.name == part.split("[", 1)[0]
-            ),
-            None,
-        )
-        if found is None:
-            return ""
-        body = getattr(found, "body", [])
-    segment = ast.get_source_segment(text, found, padded=False) if found else None
-    return textwrap.dedent(segment) if segment else ""
-
-
-def pr_body(facts: PrFacts, patch: Patch, root: Path) -> str:
-    """The body where the upstream has no PR template: the message without trailers, the
-    upstream test, issue and dependencies, and the tripwire test inlined (never a path of ours)."""
-    out = [*facts_block(facts, issues_placed=False), ""]
-    tests = [] if facts.test_files or facts.upstream_tests else patch.trailer_values("Test")
-    if tests:
-        out += ["## Test", ""]
-    for node in tests:
-        source = test_source(root, node)
-        name = node.rpartition("::")[2]
-        if source:
-            out += [
-                f"`{name}` fails on the unpatched upstream, passes with this change:",
-                "",
-                "```python",
-                source.rstrip("\n"),
-                "```",
-                "",
-            ]
-        else:
-            out += [
-                f"A regression test (`{name}`) fails on the unpatched upstream, passes with "
-                "this change.",
-                "",
-            ]
-    return "\n".join(out).strip("\n") + "\n"
+    issue: LinkedIssue = field(default_factory=LinkedIssue)  # the linked issue's draft
 
 
 def _start_point(repo: Path, remote: str, base: str, onto: str = "") -> str:
@@ -192,13 +136,13 @@ def _apply(repo: Path, start: str, patch_file: Path, hint: str) -> tuple[str, st
     return tree, subject.strip(), body
 
 
-def build_branch(
+def pr_commit(
     repo: Path, start: str, branch: str, patch: Patch, who: Identity, force: bool, hint: str = ""
 ) -> str:
     """The PR commit on `start`, the patch's change as the contributor's own commit (author,
-    committer and sign-off: `who`; our trailers out); `branch` points at it."""
-    ref = f"refs/heads/{branch}"
-    existing = rev(repo, ref)
+    committer and sign-off: `who`; our trailers out). No ref moves yet: the linked issue is
+    opened (--push) before anything changes."""
+    existing = rev(repo, f"refs/heads/{branch}")
     if existing and not force:
         raise PatchToolError(
             f"{repo}: branch {branch} exists ({existing[:12]}); pass --force to rebuild it "
@@ -207,12 +151,12 @@ def build_branch(
     env = _identity_env(who)
     tree, subject, body = _apply(repo, start, patch.path, hint)
     message = upstream_message(subject, body, who, patch.author_email)
-    head = git_text(["commit-tree", tree, "-p", start], repo, input=message, env=env)
-    git(["update-ref", "-m", "tools/patches open-pr", ref, head], repo)
-    return head
+    return git_text(["commit-tree", tree, "-p", start], repo, input=message, env=env)
 
 
-def _facts(patch: Patch, body: str, deps: list[Dependency], repo: str) -> PrFacts:
+def _facts(
+    patch: Patch, body: str, deps: list[Dependency], repo: str, issue: LinkedIssue
+) -> PrFacts:
     files = tuple(
         (f.path, "deleted" if f.is_deleted else "new" if f.is_new else "changed")
         for f in patch.files
@@ -220,7 +164,7 @@ def _facts(patch: Patch, body: str, deps: list[Dependency], repo: str) -> PrFact
     return PrFacts(
         summary=split_trailers(body)[0],
         files=files,
-        issues=tuple(patch.trailer_values(BUG_KEY)),
+        issues=(*patch.trailer_values(BUG_KEY), *([issue.url] if issue.url else [])),
         upstream_tests=tuple(patch.trailer_values(UPSTREAM_TEST_KEY)),
         dependencies=tuple(deps),
         signed_off=True,
@@ -302,25 +246,53 @@ def open_pr(
     port = pr_port(patch_path, base, onto)
     if port:
         patch = _parsed(port)
-    head = build_branch(repo, start, branch, patch, who, force, _apply_hint(deps, stacked))
+    head = pr_commit(repo, start, branch, patch, who, force, _apply_hint(deps, stacked))
+    body_file = body_path(root, up, patch)
+    issue = draft_issue(up, repo, start, patch, body_file)
+    remote_url = git_text(["remote", "get-url", remote], repo, check=False)
+    rel = patch_path.relative_to(root.resolve()).as_posix()
+    recorded = (
+        _open_issue_first(root, rel, issue, repo, (up, remote, remote_url), gh) if push else []
+    )
+    git(["update-ref", "-m", "tools/patches open-pr", f"refs/heads/{branch}", head], repo)
     title = git_text(["log", "-1", "--format=%s", head], repo)
     message_body = git(["log", "-1", "--format=%b", head], repo)
-    facts = _facts(patch, message_body, deps, github_repo(up.url))
-    body_file, template, body = _write_body(root, up, patch, repo, start, facts)
-    remote_url = git_text(["remote", "get-url", remote], repo, check=False)
+    facts = _facts(patch, message_body, deps, github_repo(up.url), issue)
+    template, body = write_body(body_file, repo, start, facts, patch, root)
     fork = github_repo(remote_url)
-    rel = patch_path.relative_to(root.resolve()).as_posix()
     pr = PullRequest(rel, up.name, branch, start, head, title, str(body_file), pr_base, template)
-    pr.port = port.relative_to(root.resolve()).as_posix() if port else ""
+    pr.port, pr.issue = (port.relative_to(root.resolve()).as_posix() if port else ""), issue
     pr.push = ["git", "-C", str(repo), "push", remote, f"{head}:refs/heads/{branch}"]
     pr.gh = _gh_command(up, fork, pr)
     advice = title_notes(title, read_convention(repo, start))
     advice += _notes(facts, body, stacked, bool(fork) and fork != github_repo(up.url))
+    advice += issue_notes(issue, recorded)
     pr.notes = [f"note: {line}" for line in advice]
     if not push:
         pr.notes.append("nothing pushed (pass --push to run the commands above)")
         return pr
-    return _push_and_create(root, pr, repo, up, remote, remote_url, gh)
+    return _push_and_create(root, pr, repo, remote, gh)
+
+
+def _open_issue_first(
+    root: Path,
+    rel: str,
+    issue: LinkedIssue,
+    repo: Path,
+    where: tuple[Upstream, str, str],
+    gh: str | None,
+) -> list[str]:
+    """--push: refuse what cannot be pushed, then open the drafted issue and record its URL in
+    `Bug:`, before any ref moves (a failure here changes nothing); what changed."""
+    up, remote, remote_url = where
+    if not remote_url:
+        raise PatchToolError(
+            f"{up.path}: no remote {remote!r}; add your fork: git -C {up.path} remote add {remote} <url>"
+        )
+    if not issue.file:
+        return []
+    issue.url = open_issue(issue, repo, find_gh(gh))
+    return record_issue(root, rel, issue.url)
 
 
 def _plan_base(
@@ -355,18 +327,6 @@ def _apply_hint(deps: list[Dependency], stacked: Dependency | None) -> str:
     return f"it Depends-On {', '.join(same)}: open that PR first, then this one with --stack"
 
 
-def _write_body(
-    root: Path, up: Upstream, patch: Patch, repo: Path, start: str, facts: PrFacts
-) -> tuple[Path, str, str]:
-    """(body file, template path, body): the upstream's template filled, else the plain body."""
-    template, text = read_template(repo, start)
-    body_file = root / PR_DIR / f"{up.name}-{patch.path.stem}.md"
-    body_file.parent.mkdir(parents=True, exist_ok=True)
-    body = fill_template(text, facts) if template else pr_body(facts, patch, root)
-    body_file.write_text(body, encoding="utf-8")
-    return body_file, template, body
-
-
 def _gh_command(up: Upstream, fork: str, pr: PullRequest) -> list[str]:
     """`gh pr create` for `pr` as an argument list (`--head owner:branch` from a fork)."""
     upstream_repo = github_repo(up.url)
@@ -382,17 +342,11 @@ def _push_and_create(
     root: Path,
     pr: PullRequest,
     repo: Path,
-    up: Upstream,
     remote: str,
-    remote_url: str,
     gh: str | None,
 ) -> PullRequest:
     """Push the branch, then `gh pr create` and record the PR URL in the patch (--push)."""
     patch_rel, branch, head, push_cmd, gh_cmd = pr.patch, pr.branch, pr.commit, pr.push, pr.gh
-    if not remote_url:
-        raise PatchToolError(
-            f"{up.path}: no remote {remote!r}; add your fork: git -C {up.path} remote add {remote} <url>"
-        )
     proc = run(push_cmd[3:], repo)
     if proc.returncode != 0:
         tail = proc.stderr.decode(errors="replace").strip().splitlines()
