@@ -121,5 +121,6 @@ def test_interrupted_apply_ends_within_seconds_and_restores_the_checkout(
         latency = time.monotonic() - sent
     print(f"apply ended {latency:.2f} s after {sig.name} (load average {load_average():.1f})")
     assert proc.returncode == 130, err
-    assert latency < 15, f"apply took {latency:.1f} s to end after {sig.name}"
+    # Half the planted hang (git am sleeps 60 s), not a machine-speed figure (see verify's).
+    assert latency < 30, f"apply took {latency:.1f} s to end after {sig.name}"
     assert _state(checkout) == before

@@ -361,6 +361,7 @@ def test_an_interrupted_roll_ends_within_seconds_and_changes_nothing(
         latency = time.monotonic() - sent
     print(f"roll ended {latency:.2f} s after SIGINT (load average {load_average():.1f})")
     assert proc.returncode == 130, err
-    assert latency < 15, f"roll took {latency:.1f} s to end after SIGINT"
+    # Half the planted hang (git am sleeps 60 s), not a machine-speed figure (see verify's).
+    assert latency < 30, f"roll took {latency:.1f} s to end after SIGINT"
     assert patches_state(root) == before and run(["rev-parse", "HEAD"], root) == head
     assert [p.name for p in scratch_tmp.iterdir() if p.name.startswith("patches-")] == []
