@@ -8,26 +8,19 @@ by the real CLI, against the committed page as the baseline.
 from __future__ import annotations
 
 import shlex
-import subprocess
 from pathlib import Path
 
-import yaml
 from mcore_grpo.models.matrix import build_parser
 
-ROOT = Path(__file__).resolve().parents[2]
-WORKFLOW = ROOT / ".github" / "workflows" / "models.yml"
+from tests.ci.workflows import assert_run_scripts_are_bash, job_steps
 
 
 def _steps() -> list[dict[str, object]]:
-    data = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
-    return data["jobs"]["models"]["steps"]
+    return job_steps("models.yml", "models")
 
 
 def test_every_run_script_is_valid_bash() -> None:
-    scripts = [str(step["run"]) for step in _steps() if "run" in step]
-    assert scripts
-    for script in scripts:
-        subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+    assert_run_scripts_are_bash(_steps())
 
 
 def test_the_matrix_invocation_is_accepted_by_the_cli() -> None:

@@ -8,19 +8,13 @@ default run leaves out (the `slow` mark that pyproject.toml's addopts deselects)
 from __future__ import annotations
 
 import shlex
-import subprocess
 import tomllib
-from pathlib import Path
 
-import yaml
-
-ROOT = Path(__file__).resolve().parents[2]
-WORKFLOW = ROOT / ".github" / "workflows" / "slow.yml"
+from tests.ci.workflows import ROOT, assert_run_scripts_are_bash, job_steps
 
 
 def _steps() -> list[dict[str, object]]:
-    data = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
-    return data["jobs"]["slow"]["steps"]
+    return job_steps("slow.yml", "slow")
 
 
 def _mark_expression(args: list[str]) -> str:
@@ -30,10 +24,7 @@ def _mark_expression(args: list[str]) -> str:
 
 
 def test_every_run_script_is_valid_bash() -> None:
-    scripts = [str(step["run"]) for step in _steps() if "run" in step]
-    assert scripts
-    for script in scripts:
-        subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+    assert_run_scripts_are_bash(_steps())
 
 
 def test_the_nightly_runs_what_the_default_run_leaves_out() -> None:
