@@ -71,7 +71,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "core.test_suites",
         ),
     ),
-    ("git", ("core.git", "errors", "interrupts", "command_lock")),
+    ("git", ("core.git", "core.gh", "errors", "interrupts", "command_lock")),
 ]
 # The layer whose packages (core's domain modules, verify, rebase, upstream_check) do not
 # import one another: each is one concern the commands combine.

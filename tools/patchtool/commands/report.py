@@ -137,15 +137,12 @@ def _measure(
             continue
         for res in result.patches:
             heads[(up.name, res.name)] = (res, result.new.upstream_commit)
-    manifest = load_manifest(root)
+    by_name = {up.name: up for up in upstreams}
     return [
         m
         if row.upstream in unreachable
         else _with_port(
-            root,
-            manifest.upstreams[row.upstream],
-            row,
-            _measured(row, m, heads.get(row.key), today),
+            root, by_name[row.upstream], row, _measured(row, m, heads.get(row.key), today)
         )
         for row, m in zip(rows, live, strict=True)
     ]

@@ -12,14 +12,12 @@ anything else changes; its URL becomes the patch's `Bug:` trailer (pin patch, po
 
 from __future__ import annotations
 
-import re
 import shlex
-import shutil
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import PatchToolError
+from .gh import gh_executable, gh_url
 from .issue_draft import (
     KIND_KEY,
     IssueKind,
@@ -84,7 +82,7 @@ def gh_issue_command(up: Upstream, title: str, body_file: str) -> list[str]:
 
 def find_gh(gh: str | None) -> str:
     """The gh executable; refuse (nothing changed yet) when there is none."""
-    found = gh if gh is not None else shutil.which("gh")
+    found = gh_executable(gh)
     if not found:
         raise PatchToolError(
             "--push opens the linked issue with gh first, and gh is not installed: nothing "
@@ -95,16 +93,13 @@ def find_gh(gh: str | None) -> str:
 
 def open_issue(issue: LinkedIssue, repo: Path, gh_path: str) -> str:
     """Run `gh issue create`; its URL, or one line saying it failed and nothing changed."""
-    proc = subprocess.run([gh_path, *issue.gh[1:]], cwd=repo, capture_output=True, check=False)
-    urls = re.findall(r"https?://\S+", proc.stdout.decode(errors="replace"))
-    if proc.returncode != 0 or not urls:
-        tail = proc.stderr.decode(errors="replace").strip().splitlines()
-        why = tail[-1] if tail else f"exit {proc.returncode}, no URL printed"
+    url, why = gh_url(gh_path, issue.gh[1:], repo)
+    if not url:
         raise PatchToolError(
             f"gh issue create failed ({why}): nothing pushed, no issue opened; the draft is "
             f"{issue.file} (rerun when gh works: {shlex.join(issue.gh)})"
         )
-    return urls[-1]
+    return url
 
 
 def record_issue(root: Path, patch_rel: str, url: str) -> list[str]:

@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import re
 import shlex
-import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import GitError, PatchToolError
 from .checkout import checkout_dir, is_real_clone, is_repo, standin_spec
+from .gh import gh_executable, gh_url
 from .git import git, git_text, rev, run
 from .linked_issue import (
     LinkedIssue,
@@ -354,26 +353,22 @@ def _push_and_create(
             f"git push to {remote} failed: {tail[-1] if tail else proc.returncode}"
         )
     pr.pushed = True
-    gh_path = gh if gh is not None else shutil.which("gh")
+    gh_path = gh_executable(gh)
     if not gh_path:
         pr.notes.append(
             "gh not found: open the PR with the gh command above (or the web UI), then run "
             f"tools/patches set-status {patch_rel} submitted <PR URL>"
         )
         return pr
-    proc = subprocess.run([gh_path, *gh_cmd[1:]], cwd=repo, capture_output=True, check=False)
-    out = proc.stdout.decode(errors="replace").strip()
-    urls = re.findall(r"https?://\S+", out)
-    if proc.returncode != 0 or not urls:
-        tail = proc.stderr.decode(errors="replace").strip().splitlines()
-        why = tail[-1] if tail else f"exit {proc.returncode}, no URL printed"
+    url, why = gh_url(gh_path, gh_cmd[1:], repo)
+    if not url:
         pr.failed = (
             f"gh pr create failed ({why}). Done: pushed {branch} to {remote} "
             f"({head[:12]}). left to do: {shlex.join(gh_cmd)}; then tools/patches set-status "
             f"{patch_rel} submitted <PR URL>"
         )
         return pr
-    pr.url = urls[-1]
+    pr.url = url
     set_status(root, patch_rel, "submitted", pr.url)
     pr.notes.append(f"recorded Upstream-Status: submitted {pr.url} in {patch_rel}")
     return pr

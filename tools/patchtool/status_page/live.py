@@ -54,8 +54,9 @@ def carried(row: PatchRow, old: dict[tuple[str, str], Measurement]) -> Measureme
     """The earlier measurement when the patch file and its port are byte-identical, else
     nothing measured."""
     prior = old.get(row.key)
-    same = prior is not None and (prior.sha256, prior.port_sha256) == (row.sha256, row.port_sha256)
-    return prior if prior is not None and same else Measurement()
+    if prior is None or (prior.sha256, prior.port_sha256) != (row.sha256, row.port_sha256):
+        return Measurement()
+    return prior
 
 
 def measurement_gaps(

@@ -8,10 +8,11 @@ patch's files). A state names a tree for every upstream being verified (the othe
 trees), through `PATCHTOOL_TREE_<UPSTREAM>` and PYTHONPATH, as `rebase --tripwires` does.
 
 Each upstream has one state that runs every patch's tests with the series, and each patch one
-state that runs its tests without the patch, each state one process. The processes are forked by a server (forkserver.py) that imported the project's
-heavy third-party modules once (`[tool.patchtool.verify] preload` in pyproject.toml), which
-cuts each process's start from ~15 s of CPU to ~1 s; the tests' own rank processes are forked
-by it too (tests/support/python_process.py). Every child checks, when it ends, that each
+state that runs its tests without the patch, each state one process. The processes are forked
+by a server (forkserver.py) that imported the project's heavy third-party modules once
+(`[tool.patchtool.verify] preload` in pyproject.toml), which cuts each process's start from
+~15 s of CPU to ~1 s; the tests' own rank processes are forked by it too
+(tests/support/python_process.py). Every child checks, when it ends, that each
 upstream module it imported came from its state's trees (the module-origin guard); a state
 that fails the check is invalid and proves nothing. States run in parallel, up to `jobs` at
 once (default: the machine's cores), the longest-looking first. On any interruption (Ctrl-C,
