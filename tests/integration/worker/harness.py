@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from mcore_grpo.grpo.algorithm import loss as grpo_loss
 from mcore_grpo.worker.config import (
     DDPConfig,
@@ -29,6 +28,7 @@ from mcore_grpo.worker.model import build_gpt
 from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 from mcore_grpo.worker.reference import _load_in_place
 
+from tests.support import warm_spawn
 from tests.support.device import MULTI_RANK_CPU, TEST_DEVICE
 
 VOCAB = 64
@@ -222,7 +222,9 @@ def spawn2(fn: Callable[[], Any], port: int) -> dict[int, Any]:
 
 
 def spawn_ranks(fn: Callable[[], Any], port: int, world: int) -> dict[int, Any]:
-    """Run `fn` on `world` gloo ranks (one spawn); results by rank. Once a rank raises or exits
+    """Run `fn` on `world` gloo ranks, each a process forked from the suite's warm server
+    (tests/support/warm_spawn.py: megatron-core and Bridge imported once per pytest run, not
+    once per rank); results by rank. Once a rank raises or exits
     without a result (a crash, `os._exit`, the OOM killer), the others get a few seconds to
     report, then are killed, and the test fails naming every failed rank: the ones that died
     (exit code) first, as a peer's gloo error only echoes them, then each traceback.
@@ -231,9 +233,10 @@ def spawn_ranks(fn: Callable[[], Any], port: int, world: int) -> dict[int, Any]:
     reason (a test that spawns is CPU-only by nature, marked or not)."""
     if torch.cuda.is_available():
         pytest.skip(f"CPU-only by nature: {MULTI_RANK_CPU}")
-    ctx = mp.get_context("spawn")
+    ctx = warm_spawn.context()
     out = ctx.Queue()
-    procs = [ctx.Process(target=_child, args=(r, world, port, fn, out)) for r in range(world)]
+    child = warm_spawn.with_environment(_child, dict(os.environ))
+    procs = [ctx.Process(target=child, args=(r, world, port, fn, out)) for r in range(world)]
     for p in procs:
         p.start()
     results: dict[int, Any] = {}

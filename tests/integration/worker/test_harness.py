@@ -63,3 +63,24 @@ def test_a_rank_that_exits_without_a_result_fails_with_its_exit_code() -> None:
     with pytest.raises(AssertionError, match="rank 1 exited with code 3 before reporting"):
         spawn_ranks(_rank_one_exits, free_port(), world=2)
     assert time.monotonic() - started < 60
+
+
+def _rank_view() -> tuple[int, str | None, bool]:
+    import sys
+
+    return os.getpid(), os.environ.get("HARNESS_PROBE"), "megatron.core" in sys.modules
+
+
+def test_ranks_are_fresh_processes_with_the_callers_environment_and_imports_done(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The ranks are forked from a server that imported megatron-core once
+    (tests/support/warm_spawn.py), yet each is a process of its own that sees the environment
+    the test had when it spawned them, as `spawn` children did (the server's is older)."""
+    spawn_ranks(_rank, free_port(), world=2)  # the server is up before the variable is set
+    monkeypatch.setenv("HARNESS_PROBE", "set after the server started")
+    by_rank = spawn_ranks(_rank_view, free_port(), world=2)
+    pids = {pid for pid, _, _ in by_rank.values()}
+    assert len(pids) == 2 and os.getpid() not in pids
+    assert {probe for _, probe, _ in by_rank.values()} == {"set after the server started"}
+    assert all(preloaded for _, _, preloaded in by_rank.values())

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from tests.support import warm_spawn
 from tests.support.ports import free_port
 
 WORLD_SIZE = 2
@@ -207,13 +208,21 @@ def _rank_main(rank: int, port: int, out_dir: str) -> None:
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    """Spawn the 2 ranks once for the module; their per-scenario records. torch's spawn stops
-    at the first rank that raises (the error names it, with its traceback) or exits (its exit
-    code), and terminates the other, which would otherwise wait in a collective."""
+    """Start the 2 ranks once for the module (forked warm: tests/support/warm_spawn.py); their
+    per-scenario records. torch's spawn stops at the first rank that raises (the error names
+    it, with its traceback) or exits (its exit code), and terminates the other, which would
+    otherwise wait in a collective."""
     import torch.multiprocessing as torch_mp
 
     out_dir = tmp_path_factory.mktemp("nccl_offload")
-    torch_mp.spawn(_rank_main, args=(free_port(), str(out_dir)), nprocs=WORLD_SIZE, join=True)
+    ctx = warm_spawn.context()
+    torch_mp.spawn(
+        warm_spawn.with_environment(_rank_main, dict(os.environ)),
+        args=(free_port(), str(out_dir)),
+        nprocs=WORLD_SIZE,
+        join=True,
+        start_method=ctx.get_start_method(),
+    )
     return [json.loads((out_dir / f"rank{r}.json").read_text()) for r in range(WORLD_SIZE)]
 
 
