@@ -1,32 +1,49 @@
-"""A Python child process for a test (a rank, an isolated import), forked cheaply under verify.
+"""A Python child process for a test (a rank, an isolated import), forked from a warm server.
 
-Outside `tools/patches verify` this is `subprocess.Popen([sys.executable, "-c", ...])`. Under
-verify (`PATCHTOOL_FORKSERVER` set) the child is forked by verify's fork server instead, which
-has torch and the other third-party modules already imported, so each rank skips ~15 s of
-imports; the child is still a process of its own with this process's environment and working
-directory, and imports every upstream module from the tree its state names
-(tools/patchtool/verify/forkserver.py checks that).
+A child is forked by a server that imported the heavy modules once, instead of being a fresh
+interpreter that spends ~30 s of CPU importing torch, transformers, megatron-core and Bridge
+(2 cores). It is still a process of its own with this process's environment, working
+directory and `sys.path` as a new interpreter would build it (verify/forkserver.py). Under
+`tools/patches verify` (`PATCHTOOL_FORKSERVER` set) the server is verify's, which preloads only
+third-party modules and checks that each child imported every upstream module from its
+state's tree. In a plain pytest run it is this module's: started at the first child, with
+verify's preload plus megatron-core and Bridge (one tree here, the installed checkout), ended
+with the pytest process.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
-import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
-from tools.patchtool.verify.forkclient import ForkedProcess
+from tools.patchtool.verify.forkclient import ForkedProcess, ForkServer
 from tools.patchtool.verify.forkserver import SOCKET_VAR
+from tools.patchtool.verify.states import verify_preload
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+# Beyond verify's third-party preload: the upstream packages every child here imports, which
+# verify must leave to each state's tree but a plain run has exactly one of.
+UPSTREAM_PRELOAD = ("megatron.core", "megatron.bridge")
+
+_server: ForkServer | None = None
 
 
-def python_c(script: str, *args: str) -> subprocess.Popen[str] | ForkedProcess:
-    """`python -c script args...` with stdout and stderr piped (text); both kinds answer
-    `communicate(timeout=...)`, `returncode` and `kill()` alike."""
-    server = os.environ.get(SOCKET_VAR)
-    if server:
-        return ForkedProcess(server, ["-c", script, *args])
-    return subprocess.Popen(
-        [sys.executable, "-c", script, *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+def warm_server() -> str:
+    """The socket of this pytest process's fork server, started on first use."""
+    global _server
+    if _server is None:
+        sock = Path(tempfile.mkdtemp(prefix="ptv-", dir="/tmp")) / "s"
+        names = [*verify_preload(REPO_ROOT), *UPSTREAM_PRELOAD]
+        _server = ForkServer(Path(sys.executable), sock, names, [], [])
+        atexit.register(_server.kill)
+    return str(_server.sock_path)
+
+
+def python_c(script: str, *args: str) -> ForkedProcess:
+    """`python -c script args...` with stdout and stderr piped (text), used like a
+    `subprocess.Popen`: `communicate(timeout=...)`, `returncode` and `kill()`."""
+    return ForkedProcess(os.environ.get(SOCKET_VAR) or warm_server(), ["-c", script, *args])

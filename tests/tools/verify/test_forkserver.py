@@ -170,3 +170,16 @@ def test_the_projects_preload_leaves_the_server_able_to_fork(tmp_path: Path) -> 
     finally:
         srv.close()
     assert child.returncode == 0 and out == "forked\n", err[-2000:]
+
+
+def test_a_preload_that_prints_at_import_leaves_the_server_ready(tmp_path: Path) -> None:
+    """The readiness line is the server's stdout; a module printing while it is imported
+    (`this` prints the Zen of Python; megatron-core and Bridge log to stdout) goes to stderr
+    instead of being read as the answer."""
+    srv = ForkServer(Path(sys.executable), tmp_path / "s.sock", ["this"], [], [])
+    try:
+        assert srv.ready["ready"]["preloaded"] == 1
+        child = srv.spawn(["-c", "print('forked')"], dict(os.environ), tmp_path)
+        assert child.communicate(timeout=60)[0] == "forked\n"
+    finally:
+        srv.close()

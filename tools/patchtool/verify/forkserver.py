@@ -262,12 +262,14 @@ def preload(
     those must be imported by each child from its own tree.
     """
     imported, notes = [], []
-    for name in names:
-        try:
-            importlib.import_module(name)
-            imported.append(name)
-        except Exception as exc:
-            notes.append(f"{name}: {type(exc).__name__}: {exc}")
+    # stdout carries the readiness line; what a module prints while importing goes to stderr.
+    with contextlib.redirect_stdout(sys.stderr):
+        for name in names:
+            try:
+                importlib.import_module(name)
+                imported.append(name)
+            except Exception as exc:
+                notes.append(f"{name}: {type(exc).__name__}: {exc}")
     this = os.path.realpath(__file__)  # the server itself (as __main__ or __mp_main__)
     loaded = {
         n: m
