@@ -99,6 +99,29 @@ def kill_children() -> None:
             os.killpg(proc.pid, signal.SIGKILL)
 
 
+def run_killable(
+    cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = None
+) -> tuple[str, str]:
+    """Run `cmd` to its end in a session of its own, which `kill_children()` ends (and
+    whatever it started) when verify is interrupted; its (stdout, stderr)."""
+    with subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    ) as proc:
+        with _LIVE_LOCK:
+            _LIVE.add(proc)
+        try:
+            return proc.communicate()
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(proc)
+
+
 def run_pytest(
     root: Path,
     python: Path,
@@ -117,22 +140,7 @@ def run_pytest(
         junit = Path(tmp) / "junit.xml"
         cmd = [str(python), "-m", "pytest", *(extra or []), *pytest_args(junit, nodes)]
         full_env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", **(env or {}))
-        with subprocess.Popen(
-            cmd,
-            cwd=root,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=full_env,
-            start_new_session=True,
-        ) as proc:
-            with _LIVE_LOCK:
-                _LIVE.add(proc)
-            try:
-                stdout, stderr = proc.communicate()
-            finally:
-                with _LIVE_LOCK:
-                    _LIVE.discard(proc)
+        stdout, stderr = run_killable(cmd, cwd=root, env=full_env)
         tail = " | ".join(stdout.strip().splitlines()[-3:])
         if not junit.exists():
             return Outcomes({}, tail or stderr.strip()[-300:])

@@ -31,7 +31,7 @@ from .pytest_run import (
     run_pytest,
     upstream_pytest_args,
 )
-from .trees import reversed_tree, series_tree, tree_env_var
+from .trees import compile_tree, reversed_tree, series_tree, tree_env_var
 
 
 @dataclass
@@ -164,8 +164,8 @@ class _Runner:
             extra = upstream_pytest_args(suite) if suite else []
             argv = ["-m", "pytest", *extra, *pytest_args(junit, nodes)]
             # Bytecode is written (into the scratch trees, mostly): the states sharing a tree
-            # compile its modules once. A left-out tree never takes the series' bytecode
-            # (reversed_tree copies no __pycache__).
+            # compile its modules once. A left-out tree starts from the series' bytecode
+            # (compile_tree, reversed_tree); what it changed fails the source check.
             full_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
             proc = self.server.spawn(argv, {**full_env, **env}, cwd)
             stdout, stderr = proc.communicate()
@@ -200,7 +200,7 @@ def run_states(
         try:
             say(progress, f"scratch trees of {', '.join(repos)} (the checkouts are only read)")
             made = {
-                name: pool.submit(series_tree, repo, scratch / name / "series")
+                name: pool.submit(_compiled_series_tree, python, repo, scratch / name / "series")
                 for name, repo in repos.items()
             }
             if fork_server:
@@ -236,6 +236,10 @@ def run_states(
             pool.shutdown(wait=True, cancel_futures=True)
             if server is not None:
                 server.close()
+
+
+def _compiled_series_tree(python: Path, repo: Path, dest: Path) -> Path:
+    return compile_tree(python, series_tree(repo, dest))
 
 
 def _socket_path(scratch: Path) -> Path:

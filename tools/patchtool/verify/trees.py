@@ -17,6 +17,7 @@ from ..core.git import git, git_bytes
 from ..core.series import Patch
 from ..errors import GitError, PatchToolError
 from ..source.partial import recorded_absent_paths
+from .pytest_run import run_killable
 
 
 def series_tree(repo: Path, dest: Path) -> Path:
@@ -31,6 +32,31 @@ def series_tree(repo: Path, dest: Path) -> Path:
     return dest
 
 
+def compile_tree(python: Path, tree: Path) -> Path:
+    """Byte-compile `tree` once with the states' interpreter, before any state runs on it.
+
+    Why: every left-out state's tree hard-links this one, bytecode included, so the ~80 states
+    import megatron-core and Bridge from bytecode instead of compiling them again each. The
+    bytecode is checked against its source's hash, so a file a state changed (a reverse-applied
+    patch's private copy) is compiled afresh, never run from the series' bytecode. A file that
+    does not compile is left for the state to fail on, as it would without this.
+    """
+    run_killable(
+        [str(python), "-m", "compileall", "-qq", "--invalidation-mode", "checked-hash", str(tree)]
+    )
+    return tree
+
+
+def _link(src: str, dst: str) -> None:
+    """Hard-link one file; bytecode that vanished while the tree was read (another state's
+    interpreter renaming its temporary file into place) is skipped, the state compiles it."""
+    try:
+        os.link(src, dst)
+    except FileNotFoundError:
+        if "__pycache__" not in Path(src).parts:
+            raise
+
+
 def reversed_tree(
     series: Path, patches: list[Patch], dest: Path, exclude: tuple[str, ...] = ()
 ) -> Path:
@@ -41,15 +67,9 @@ def reversed_tree(
     One patch: the tripwire's left-out state. The tail of the series after a patch: the tree
     of the series up to it (the regression gate's "before" tree and its attribution steps).
     """
-    # Without the series' bytecode: other states are writing it meanwhile (a file that is
-    # renamed into place mid-copy would fail the copy), and this tree compiles its own.
-    shutil.copytree(
-        series,
-        dest,
-        symlinks=True,
-        copy_function=os.link,
-        ignore=shutil.ignore_patterns("__pycache__"),
-    )
+    # With the series' bytecode (compile_tree): a module whose source this tree changes fails
+    # the bytecode's source check (hash, or mtime and size) and is compiled again.
+    shutil.copytree(series, dest, symlinks=True, copy_function=_link)
     touched = {f.path for p in patches for f in p.files}
     touched |= {f.old_path for p in patches for f in p.files if f.old_path}
     for rel in sorted(touched):
