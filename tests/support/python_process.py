@@ -17,8 +17,11 @@ import atexit
 import os
 import sys
 import tempfile
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
+from tests.support.ports import free_port
 from tools.patchtool.verify.forkclient import ForkedProcess, ForkServer
 from tools.patchtool.verify.forkserver import SOCKET_VAR
 from tools.patchtool.verify.states import verify_preload
@@ -47,3 +50,34 @@ def python_c(script: str, *args: str) -> ForkedProcess:
     """`python -c script args...` with stdout and stderr piped (text), used like a
     `subprocess.Popen`: `communicate(timeout=...)`, `returncode` and `kill()`."""
     return ForkedProcess(os.environ.get(SOCKET_VAR) or warm_server(), ["-c", script, *args])
+
+
+RANK_GRACE_S = 5.0  # how long the other ranks get to end once one rank failed
+
+
+def run_ranks(script: str, world: int, *args: str, timeout: float = 900.0) -> None:
+    """`script` on `world` ranks, each `python -c script PORT RANK ARGS...` (`python_c`).
+
+    Returns when every rank exited 0. Once a rank fails, the others get a few seconds, then
+    are killed (a peer left in a collective would wait 30 minutes), and the test fails naming
+    each rank that failed with the end of its stderr (its traceback), then the ones killed."""
+    port = str(free_port())
+    procs = [python_c(script, port, str(rank), *args) for rank in range(world)]
+    deadline = time.monotonic() + timeout
+    with ThreadPoolExecutor(max_workers=world) as pool:
+        streams = [pool.submit(proc.communicate) for proc in procs]
+        pending = set(streams)
+        while pending and time.monotonic() < deadline:
+            _, pending = wait(pending, deadline - time.monotonic(), FIRST_COMPLETED)
+            if any(proc.returncode not in (None, 0) for proc in procs):
+                deadline = min(deadline, time.monotonic() + RANK_GRACE_S)
+        killed = [rank for rank, proc in enumerate(procs) if proc.returncode is None]
+        for rank in killed:
+            procs[rank].kill()
+    failed = [
+        f"rank {rank} exited with {proc.returncode}:\n{streams[rank].result()[1][-4000:]}"
+        for rank, proc in enumerate(procs)
+        if rank not in killed and proc.returncode != 0
+    ]
+    failed += [f"rank {rank} was killed (still running)" for rank in killed]
+    assert not failed, "\n".join(failed)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 
-from tests.support.python_process import python_c
+from tests.support.python_process import python_c, run_ranks
 
 PROBE = """
 import json, os, sys
@@ -34,3 +35,35 @@ def test_a_child_is_a_warm_process_of_its_own_with_the_callers_environment(
         ("set after the server started", ["0"], True),
         ("set after the server started", ["1"], True),
     ]
+
+
+# Rank 1 raises; rank 0 then waits in a collective for a peer that is gone.
+ONE_RANK_RAISES = """
+import os, sys
+import torch.distributed as dist
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
+dist.init_process_group("gloo", rank=int(sys.argv[2]), world_size=2)
+if sys.argv[2] == "1":
+    raise ValueError("rank one's own error")
+dist.barrier()
+"""
+
+
+def test_run_ranks_names_the_failed_rank_with_its_traceback_without_waiting_for_the_other() -> None:
+    started = time.monotonic()
+    with pytest.raises(AssertionError) as failure:
+        run_ranks(ONE_RANK_RAISES, 2)
+    message = str(failure.value)
+    assert "rank 1 exited with 1:" in message and "ValueError: rank one's own error" in message
+    assert "rank 0 " in message  # its barrier failed, or it was killed after the grace
+    assert time.monotonic() - started < 120  # not gloo's 30-minute collective timeout
+
+
+def test_run_ranks_kills_a_rank_still_running_once_another_failed() -> None:
+    script = "import sys, time\nif sys.argv[2] == '1':\n    sys.exit(3)\ntime.sleep(600)\n"
+    started = time.monotonic()
+    with pytest.raises(AssertionError) as failure:
+        run_ranks(script, 2)
+    assert "rank 1 exited with 3:" in str(failure.value)
+    assert "rank 0 was killed (still running)" in str(failure.value)
+    assert time.monotonic() - started < 120

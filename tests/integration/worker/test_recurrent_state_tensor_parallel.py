@@ -15,8 +15,7 @@ import torch
 from mcore_grpo.models import checks, families
 
 from tests.support.model_checks import LEFT_PADDED_PROMPTS, without_backend_vars
-from tests.support.ports import free_port
-from tests.support.python_process import python_c
+from tests.support.python_process import run_ranks
 
 NEW_TOKENS = 6
 LENGTHS = (12, 7)
@@ -62,7 +61,6 @@ def test_tp2_tokens_through_the_state_equal_transformers(tmp_path: Path, arch: s
     hf = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
     vocab = hf.config.vocab_size
     out_file = tmp_path / "out.pt"
-    port = str(free_port())
     args = (
         str(checkpoint),
         str(vocab),
@@ -72,15 +70,7 @@ def test_tp2_tokens_through_the_state_equal_transformers(tmp_path: Path, arch: s
     )
     # Each rank starts without the NVTE attention-backend variables that an earlier test's
     # Bridge provider may have set in this process.
-    ranks = [python_c(without_backend_vars(RANK), port, str(rank), *args) for rank in (0, 1)]
-    try:
-        for proc in ranks:
-            _, stderr = proc.communicate(timeout=600)
-            assert proc.returncode == 0, stderr[-4000:]
-    finally:
-        for proc in ranks:
-            if proc.returncode is None:
-                proc.kill()
+    run_ranks(without_backend_vars(RANK), 2, *args, timeout=600)
     got = torch.load(out_file)
     assert got["backend"] == "static_cache"
     ids = checks.tokens(vocab)

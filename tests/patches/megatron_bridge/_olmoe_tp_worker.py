@@ -5,14 +5,11 @@ backward pass at TP=2 (after megatron's TP gradient reduction) vs TP=1."""
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-# Run as a script: the repository root, for the shared rank half in tests/patches/tp_grads.py.
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from tests.patches.tp_grads import norm_grads
 
 
@@ -32,10 +29,3 @@ def main(rank: int, world: int, port: int, checkpoint: str, result: str) -> None
         torch.save({"tp1": d1, "tp2": d2, "qk_grad": worst, "names": qk}, result)
     dist.barrier()
     dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    import torch.multiprocessing as mp
-
-    port, checkpoint, result = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-    mp.spawn(main, args=(2, port, checkpoint, result), nprocs=2)

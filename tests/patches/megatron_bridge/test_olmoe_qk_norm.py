@@ -15,17 +15,20 @@ replicated weights' gradients are averaged over TP, not summed).
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 import torch
 
-from tests.support.ports import free_port
+from tests.support.python_process import run_ranks
 
-WORKER = Path(__file__).with_name("_olmoe_tp_worker.py")
+# Each rank: `python -c` forked warm (tests/support/python_process.py); argv PORT RANK ...
+WORKER = """
+import sys
+from tests.patches.megatron_bridge._olmoe_tp_worker import main
+main(int(sys.argv[2]), 2, int(sys.argv[1]), sys.argv[3], sys.argv[4])
+"""
 
 
 def test_olmoe_k_norm_has_the_key_heads_and_experts_map(mcore_device: str) -> None:
@@ -71,13 +74,7 @@ def test_olmoe_gqa_tp2_matches_transformers_and_tp1_grads(tmp_path: Path) -> Non
     checkpoint = tmp_path / "olmoe"
     families.write_checkpoint(checkpoint, "OlmoeForCausalLM")  # 4 heads, 2 KV heads, 4 experts
     result = tmp_path / "result.pt"
-    proc = subprocess.run(
-        [sys.executable, str(WORKER), str(free_port()), str(checkpoint), str(result)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    run_ranks(WORKER, 2, str(checkpoint), str(result))
     out = torch.load(result)
     assert out["tp1"] <= 1e-4 and out["tp2"] <= 1e-4, out
     assert out["qk_grad"] <= 1e-5, out

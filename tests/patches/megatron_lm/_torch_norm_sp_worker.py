@@ -6,14 +6,11 @@ megatron's TP gradient reduction (`_allreduce_non_tensor_model_parallel_grads`) 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-# Run as a script: the repository root, for the shared rank half in tests/patches/tp_grads.py.
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from tests.patches.tp_grads import norm_grads
 
 
@@ -35,10 +32,3 @@ def main(rank: int, world: int, port: int, checkpoint: str, result: str) -> None
         )
     dist.barrier()
     dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    import torch.multiprocessing as mp
-
-    port, checkpoint, result = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-    mp.spawn(main, args=(2, port, checkpoint, result), nprocs=2)

@@ -17,15 +17,13 @@ third, the same model at TP=1 and `transformers`' logits.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from tests.support.ports import free_port
+from tests.support.python_process import run_ranks
 
 HIDDEN = 16
 
@@ -81,7 +79,12 @@ def test_zero_centered_rms_norm_equals_gemmas() -> None:
     torch.testing.assert_close(norm(x), gemma(x), rtol=0, atol=1e-6)
 
 
-SP_WORKER = Path(__file__).with_name("_torch_norm_sp_worker.py")
+# Each rank: `python -c` forked warm (tests/support/python_process.py); argv PORT RANK ...
+SP_WORKER = """
+import sys
+from tests.patches.megatron_lm._torch_norm_sp_worker import main
+main(int(sys.argv[2]), 2, int(sys.argv[1]), sys.argv[3], sys.argv[4])
+"""
 
 
 @pytest.mark.timeout(900)
@@ -96,13 +99,7 @@ def test_sequence_parallel_norm_grads_match_tp1(tmp_path: Path) -> None:
     checkpoint = tmp_path / "llama"
     families.write_checkpoint(checkpoint, "LlamaForCausalLM")
     result = tmp_path / "result.pt"
-    proc = subprocess.run(
-        [sys.executable, str(SP_WORKER), str(free_port()), str(checkpoint), str(result)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    run_ranks(SP_WORKER, 2, str(checkpoint), str(result))
     out = torch.load(result)
     assert out["tp1"] <= 1e-4 and out["tp2"] <= 1e-4, out
     assert out["smallest"] > 1e-3, out  # every norm has a gradient to compare
