@@ -8,13 +8,15 @@ directory and `sys.path` as a new interpreter would build it (verify/forkserver.
 third-party modules and checks that each child imported every upstream module from its
 state's tree. In a plain pytest run it is this module's: started at the first child, with
 verify's preload plus megatron-core and Bridge (one tree here, the installed checkout), ended
-with the pytest process.
+with the pytest process. In a state that names its own trees without a fork server, the child
+is a fresh interpreter (`python_c`).
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -25,6 +27,7 @@ from tests.support.ports import free_port
 from tools.patchtool.verify.forkclient import ForkedProcess, ForkServer
 from tools.patchtool.verify.forkserver import SOCKET_VAR
 from tools.patchtool.verify.states import verify_preload
+from tools.patchtool.verify.trees import TREE_VAR_PREFIX
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,10 +49,24 @@ def warm_server() -> str:
     return str(_server.sock_path)
 
 
-def python_c(script: str, *args: str) -> ForkedProcess:
-    """`python -c script args...` with stdout and stderr piped (text), used like a
-    `subprocess.Popen`: `communicate(timeout=...)`, `returncode` and `kill()`."""
-    return ForkedProcess(os.environ.get(SOCKET_VAR) or warm_server(), ["-c", script, *args])
+def python_c(script: str, *args: str) -> subprocess.Popen[str] | ForkedProcess:
+    """`python -c script args...` with stdout and stderr piped (text); both kinds answer
+    `communicate(timeout=...)`, `returncode` and `kill()` alike.
+
+    Inside a state that names its own trees (`PATCHTOOL_TREE_*`: verify without its fork
+    server, `rebase --tripwires`) the child is a fresh interpreter: this run's server would
+    hold megatron-core from the checkout, not from the state's tree."""
+    server = os.environ.get(SOCKET_VAR)
+    if server:
+        return ForkedProcess(server, ["-c", script, *args])
+    if not any(name.startswith(TREE_VAR_PREFIX) for name in os.environ):
+        return ForkedProcess(warm_server(), ["-c", script, *args])
+    return subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 RANK_GRACE_S = 5.0  # how long the other ranks get to end once one rank failed

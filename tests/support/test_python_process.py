@@ -67,3 +67,17 @@ def test_run_ranks_kills_a_rank_still_running_once_another_failed() -> None:
     assert "rank 1 exited with 3:" in str(failure.value)
     assert "rank 0 was killed (still running)" in str(failure.value)
     assert time.monotonic() - started < 120
+
+
+def test_inside_a_state_with_its_own_trees_a_child_is_a_fresh_interpreter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`verify --no-fork-server` and `rebase --tripwires` point a state at its trees through
+    PYTHONPATH and `PATCHTOOL_TREE_*`; megatron-core preloaded from the checkout would be the
+    wrong tree, so the child imports everything itself."""
+    monkeypatch.delenv("PATCHTOOL_FORKSERVER", raising=False)
+    monkeypatch.setenv("PATCHTOOL_TREE_MEGATRON_LM", "/a/state/tree")
+    child = python_c(PROBE, "0")
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 0, err[-2000:]
+    assert json.loads(out)[3] is False  # megatron.core not imported before the script

@@ -94,9 +94,12 @@ def reversed_tree(
     return dest
 
 
+TREE_VAR_PREFIX = "PATCHTOOL_TREE_"
+
+
 def tree_env_var(upstream: str) -> str:
     """The variable naming the tree a tripwire should read instead of 3rdparty/<upstream>."""
-    return "PATCHTOOL_TREE_" + upstream.upper().replace("-", "_")
+    return TREE_VAR_PREFIX + upstream.upper().replace("-", "_")
 
 
 def tree_env(upstream: str, tree: Path) -> dict[str, str]:
