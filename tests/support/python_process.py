@@ -69,6 +69,10 @@ def python_c(script: str, *args: str) -> subprocess.Popen[str] | ForkedProcess:
     )
 
 
+def _output(proc: subprocess.Popen[str] | ForkedProcess) -> tuple[str, str]:
+    return proc.communicate()
+
+
 RANK_GRACE_S = 5.0  # how long the other ranks get to end once one rank failed
 
 
@@ -82,7 +86,7 @@ def run_ranks(script: str, world: int, *args: str, timeout: float = 900.0) -> No
     procs = [python_c(script, port, str(rank), *args) for rank in range(world)]
     deadline = time.monotonic() + timeout
     with ThreadPoolExecutor(max_workers=world) as pool:
-        streams = [pool.submit(proc.communicate) for proc in procs]
+        streams = [pool.submit(_output, proc) for proc in procs]
         pending = set(streams)
         while pending and time.monotonic() < deadline:
             _, pending = wait(pending, deadline - time.monotonic(), FIRST_COMPLETED)
