@@ -76,10 +76,10 @@ def _output(proc: subprocess.Popen[str] | ForkedProcess) -> tuple[str, str]:
 RANK_GRACE_S = 5.0  # how long the other ranks get to end once one rank failed
 
 
-def run_ranks(script: str, world: int, *args: str, timeout: float = 900.0) -> None:
+def run_ranks(script: str, world: int, *args: str, timeout: float = 900.0) -> list[str]:
     """`script` on `world` ranks, each `python -c script PORT RANK ARGS...` (`python_c`).
 
-    Returns when every rank exited 0. Once a rank fails, the others get a few seconds, then
+    Returns each rank's stdout once every rank exited 0. Once a rank fails, the others get a few seconds, then
     are killed (a peer left in a collective would wait 30 minutes), and the test fails naming
     each rank that failed with the end of its stderr (its traceback), then the ones killed."""
     port = str(free_port())
@@ -102,3 +102,4 @@ def run_ranks(script: str, world: int, *args: str, timeout: float = 900.0) -> No
     ]
     failed += [f"rank {rank} was killed (still running)" for rank in killed]
     assert not failed, "\n".join(failed)
+    return [stream.result()[0] for stream in streams]

@@ -40,8 +40,7 @@ import pytest
 from mcore_grpo.nemo_rl_driver.automodel_compat import automodel_installed
 
 from tests.patches.nemo_rl.automodel_imports import MISSING_REASON
-from tests.support.ports import free_port
-from tests.support.python_process import python_c
+from tests.support.python_process import run_ranks
 
 pytestmark = [
     pytest.mark.nemo_rl,
@@ -57,7 +56,7 @@ _SCRIPT = r"""
 import importlib, json, os, sys
 from types import SimpleNamespace
 
-nemo_rl_root, repo_root, port, rank, kind = sys.argv[1:6]
+port, rank, nemo_rl_root, repo_root, kind = sys.argv[1:6]
 rank = int(rank)
 # This project's `tests` package first: NeMo-RL's checkout has a `tests` package of its own.
 sys.path.insert(0, repo_root)
@@ -244,20 +243,11 @@ dist.destroy_process_group()
 
 def _spawn(nemo_rl_root: Path, kind: str) -> list[dict[str, Any]] | str:
     """Both ranks' results, or the failure text (each test then fails with it)."""
-    port = str(free_port())
-    procs = [
-        python_c(_SCRIPT, str(nemo_rl_root), str(REPO_ROOT), port, str(r), kind) for r in range(2)
-    ]
-    outs = []
-    failure = ""
-    for proc in procs:
-        stdout, stderr = proc.communicate(timeout=900)
-        if proc.returncode != 0:
-            failure += f"rank failed:\n{stderr[-3000:]}\n"
-            continue
-        outs.append(json.loads(stdout.strip().splitlines()[-1]))
-    if failure:
-        return failure
+    try:
+        stdouts = run_ranks(_SCRIPT, 2, str(nemo_rl_root), str(REPO_ROOT), kind)
+    except AssertionError as failure:
+        return str(failure)
+    outs = [json.loads(stdout.strip().splitlines()[-1]) for stdout in stdouts]
     for out in outs:
         assert Path(out["file"]).is_relative_to(nemo_rl_root), out["file"]
     return outs

@@ -45,8 +45,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.ports import free_port
-from tests.support.python_process import python_c
+from tests.support.python_process import run_ranks
 
 pytestmark = [
     pytest.mark.nemo_rl,
@@ -62,7 +61,7 @@ _SCRIPT = r"""
 import importlib, json, os, sys
 from types import SimpleNamespace
 
-nemo_rl_root, repo_root, port, rank, steps = sys.argv[1:6]
+port, rank, nemo_rl_root, repo_root, steps = sys.argv[1:6]
 rank, steps = int(rank), int(steps)
 # This project's `tests` package first: NeMo-RL's checkout has a `tests` package of its own.
 sys.path.insert(0, repo_root)
@@ -296,16 +295,8 @@ dist.destroy_process_group()
 
 
 def test_split_steps_see_updated_params_with_overlap_param_gather(nemo_rl_on_path: Path) -> None:
-    port = str(free_port())
-    procs = [
-        python_c(_SCRIPT, str(nemo_rl_on_path), str(REPO_ROOT), port, str(rank), str(STEPS))
-        for rank in range(2)
-    ]
-    outs = []
-    for proc in procs:
-        stdout, stderr = proc.communicate(timeout=600)
-        assert proc.returncode == 0, f"rank failed:\n{stderr[-4000:]}"
-        outs.append(json.loads(stdout.strip().splitlines()[-1]))
+    stdouts = run_ranks(_SCRIPT, 2, str(nemo_rl_on_path), str(REPO_ROOT), str(STEPS), timeout=600)
+    outs = [json.loads(stdout.strip().splitlines()[-1]) for stdout in stdouts]
     for out in outs:
         assert Path(out["file"]).is_relative_to(nemo_rl_on_path), out["file"]
         assert out["scheduler_steps"] == STEPS
