@@ -79,9 +79,10 @@ RANK_GRACE_S = 5.0  # how long the other ranks get to end once one rank failed
 def run_ranks(script: str, world: int, *args: str, timeout: float = 900.0) -> list[str]:
     """`script` on `world` ranks, each `python -c script PORT RANK ARGS...` (`python_c`).
 
-    Returns each rank's stdout once every rank exited 0. Once a rank fails, the others get a few seconds, then
-    are killed (a peer left in a collective would wait 30 minutes), and the test fails naming
-    each rank that failed with the end of its stderr (its traceback), then the ones killed."""
+    Returns each rank's stdout once every rank exited 0. Once a rank fails, the others get a
+    few seconds, then are killed (a peer left in a collective would wait 30 minutes), and the
+    test fails naming each rank that failed with the end of its stderr (its traceback), then
+    the ones killed; ranks still running at `timeout` are killed and named too."""
     port = str(free_port())
     procs = [python_c(script, port, str(rank), *args) for rank in range(world)]
     deadline = time.monotonic() + timeout
@@ -100,6 +101,7 @@ def run_ranks(script: str, world: int, *args: str, timeout: float = 900.0) -> li
         for rank, proc in enumerate(procs)
         if rank not in killed and proc.returncode != 0
     ]
-    failed += [f"rank {rank} was killed (still running)" for rank in killed]
+    why = "after a peer failed" if failed else f"at the {timeout:.0f} s timeout"
+    failed += [f"rank {rank} was killed (still running {why})" for rank in killed]
     assert not failed, "\n".join(failed)
     return [stream.result()[0] for stream in streams]

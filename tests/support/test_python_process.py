@@ -65,7 +65,7 @@ def test_run_ranks_kills_a_rank_still_running_once_another_failed() -> None:
     with pytest.raises(AssertionError) as failure:
         run_ranks(script, 2)
     assert "rank 1 exited with 3:" in str(failure.value)
-    assert "rank 0 was killed (still running)" in str(failure.value)
+    assert "rank 0 was killed (still running after a peer failed)" in str(failure.value)
     assert time.monotonic() - started < 120
 
 
@@ -81,3 +81,8 @@ def test_inside_a_state_with_its_own_trees_a_child_is_a_fresh_interpreter(
     out, err = child.communicate(timeout=120)
     assert child.returncode == 0, err[-2000:]
     assert json.loads(out)[3] is False  # megatron.core not imported before the script
+
+
+def test_run_ranks_kills_and_names_ranks_still_running_at_the_timeout() -> None:
+    with pytest.raises(AssertionError, match=r"rank 0 was killed \(still running at the 2 s"):
+        run_ranks("import time\ntime.sleep(600)\n", 1, timeout=2)
