@@ -41,6 +41,8 @@ def with_environment(fn: Callable[..., Any], environ: dict[str, str]) -> Callabl
 
 
 class _Environed:
+    """A picklable closure (a rank's target crosses to the server by pickle)."""
+
     def __init__(self, fn: Callable[..., Any], environ: dict[str, str]) -> None:
         self.fn, self.environ = fn, environ
 
