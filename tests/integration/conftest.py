@@ -8,6 +8,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
+import torch
 import torch.distributed as dist
 
 from tests.support.device import TEST_DEVICE
@@ -40,3 +41,21 @@ def world1() -> Iterator[None]:
         if parallel_state.model_parallel_is_initialized():
             parallel_state.destroy_model_parallel()
         dist.destroy_process_group()
+
+
+@pytest.fixture
+def tp1(world1: None, device: str) -> Iterator[None]:
+    """TP=1 parallel state; on CPU inside the worker's redirects (megatron's score buffer
+    comes from `torch.cuda.current_device()`); tensors default to the test device."""
+    from mcore_grpo.worker.cpu import cpu_device, model_parallel_seed
+    from megatron.core import parallel_state
+
+    if parallel_state.model_parallel_is_initialized():
+        parallel_state.destroy_model_parallel()
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=1)
+    try:
+        model_parallel_seed(0, device)  # megatron's dropout forks its RNG tracker
+        with cpu_device(device), torch.device(device):
+            yield
+    finally:
+        parallel_state.destroy_model_parallel()

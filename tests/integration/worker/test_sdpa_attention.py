@@ -4,7 +4,6 @@ one-token decode step over a cache), grouped-query heads, and the cases it hands
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,24 +11,6 @@ import torch
 from mcore_grpo.worker.sdpa_attention import SDPADotProductAttention, use_sdpa
 
 HEADS, GROUPS, HEAD_DIM, BATCH = 6, 2, 16, 3
-
-
-@pytest.fixture
-def tp1(world1: None, device: str) -> Iterator[None]:
-    """TP=1 parallel state; on CPU inside the worker's redirects (megatron's score buffer
-    comes from `torch.cuda.current_device()`); tensors default to the test device."""
-    from mcore_grpo.worker.cpu import cpu_device, model_parallel_seed
-    from megatron.core import parallel_state
-
-    if parallel_state.model_parallel_is_initialized():
-        parallel_state.destroy_model_parallel()
-    parallel_state.initialize_model_parallel(tensor_model_parallel_size=1)
-    try:
-        model_parallel_seed(0, device)  # megatron's dropout forks its RNG tracker
-        with cpu_device(device), torch.device(device):
-            yield
-    finally:
-        parallel_state.destroy_model_parallel()
 
 
 def _pair(**config: Any) -> tuple[torch.nn.Module, torch.nn.Module]:

@@ -1,0 +1,247 @@
+"""Shared-prefix rows: each group's common prefix forwarded once, its continuations after it.
+
+A GRPO group is G rows that repeat one prompt. Laid out as one row
+``[prefix | suffix_1 | ... | suffix_G]``, every suffix token attends the prefix and, causally,
+its own suffix, never another suffix; each token keeps the position it has in its own row, so
+rotary embeddings (megatron-core with `rope_from_position_ids`, patches/Megatron-LM/
+rope-from-position-ids.patch) and learned absolute ones see what they see unshared. Logits are
+then those of the unshared rows (Prefix Grouper, arXiv 2506.05433): the logprobs equal, and the
+prefix's gradient is the sum its copies would get.
+
+Groups are found in the data, not assumed: consecutive rows are compared column by column
+(tokens and padding alike), so a microbatch that splits a group, or rows that share nothing,
+stay exact and simply share less. Whether a run of rows is worth sharing is decided by a cost
+model (`FlopCost`): the packed row saves token computations but its attention is dense over the
+whole packed row, which long suffixes make dearer than the rows it replaces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from mcore_grpo.worker.forward import chunked_logsumexp, has_recurrent_layers, model_logits
+
+
+@dataclass(frozen=True)
+class FlopCost:
+    """Relative forward cost: `per_token` for a token's linear layers and LM head, `per_score`
+    for one query-key pair of attention (summed over layers). Only their ratio matters."""
+
+    per_token: float
+    per_score: float
+
+    @classmethod
+    def of(cls, model: torch.nn.Module) -> FlopCost:
+        """From the model's shape: 24 h^2 per token and layer (QKV, output projection and a
+        4h MLP), 2 h V for the LM head, 4 h per score and layer (QK^T and AV)."""
+        config = gpt_module(model).config
+        layers, hidden = config.num_layers, config.hidden_size
+        vocab = int(gpt_module(model).vocab_size)
+        return cls(
+            per_token=layers * 24 * hidden * hidden + 2 * hidden * vocab,
+            per_score=layers * 4 * hidden,
+        )
+
+    def rows(self, lengths: list[int]) -> float:
+        """Cost of forwarding rows of these lengths, each on its own."""
+        return sum(self.per_token * n + self.per_score * n * n for n in lengths)
+
+
+def gpt_module(model: torch.nn.Module) -> Any:
+    """The megatron-core language model inside DDP / Float16Module wrappers."""
+    for module in model.modules():
+        if hasattr(module, "position_embedding_type") and hasattr(module, "decoder"):
+            return module
+    raise TypeError(f"no megatron-core language model (GPTModel) inside {type(model).__name__}")
+
+
+def unsupported_reason(model: torch.nn.Module) -> str | None:
+    """Why shared-prefix rows would not give this model's unshared logits, or None if they do."""
+    from megatron.core.transformer.dot_product_attention import DotProductAttention
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    if has_recurrent_layers(model):
+        return "its Mamba / gated delta net layers carry a state along the row, across suffixes"
+    gpt = gpt_module(model)
+    config = gpt.config
+    kind = gpt.position_embedding_type
+    if getattr(config, "multi_latent_attention", False):
+        return "multi-latent attention rotates inside its attention, by sequence index"
+    if kind == "rope" and "rope_from_position_ids" not in TransformerConfig.__dataclass_fields__:
+        return (
+            "megatron-core rotates by sequence index: apply "
+            "patches/Megatron-LM/rope-from-position-ids.patch (tools/apply_patches.sh)"
+        )
+    if kind not in ("rope", "learned_absolute"):
+        return f"position_embedding_type {kind!r} is not taken from position_ids"
+    if getattr(config, "window_size", None) is not None:
+        return "its sliding windows count distance by index in the row"
+    for module in model.modules():
+        if hasattr(module, "core_attention") and not isinstance(
+            module.core_attention, DotProductAttention
+        ):
+            name = type(module.core_attention).__name__
+            return f"its attention ({name}) takes no shared-prefix mask; the local backend does"
+    return None
+
+
+def enable(model: torch.nn.Module) -> None:
+    """Make the model rotate by the positions it is given (a no-op for learned positions)."""
+    gpt = gpt_module(model)
+    if gpt.position_embedding_type == "rope":
+        gpt.config.rope_from_position_ids = True
+
+
+def common_prefixes(input_ids: torch.Tensor, valid: torch.Tensor, ends: list[int]) -> list[int]:
+    """[B-1]: how many leading columns row i+1 shares with row i (tokens and padding), at most
+    up to the later of the two rows' ends (identical rows share no trailing padding)."""
+    same = (input_ids[1:] == input_ids[:-1]) & (valid[1:] == valid[:-1])
+    counts = same.long().cumprod(dim=1).sum(dim=1).tolist()
+    return [min(n, max(a, b)) for n, a, b in zip(counts, ends[:-1], ends[1:], strict=True)]
+
+
+def row_ends(valid: torch.Tensor) -> list[int]:
+    """[B]: one past each row's last real token (0 for a row without one)."""
+    columns = torch.arange(1, valid.shape[1] + 1, device=valid.device)
+    return (valid.long() * columns).max(dim=1).values.tolist()
+
+
+@dataclass(frozen=True)
+class Group:
+    """Consecutive rows `first .. first + size - 1` sharing their first `prefix` columns."""
+
+    first: int
+    size: int
+    prefix: int
+
+    def packed_length(self, ends: list[int]) -> int:
+        """Columns of the packed row: the prefix, then each row's real columns after it."""
+        rows = range(self.first, self.first + self.size)
+        return self.prefix + sum(max(ends[r] - self.prefix, 0) for r in rows)
+
+
+def plan_groups(
+    input_ids: torch.Tensor, valid: torch.Tensor, cost: FlopCost
+) -> tuple[list[Group], list[int]]:
+    """Greedy left to right: a row joins the group before it when one packed row costs less
+    than that group and the row apart; otherwise it starts a group. Also returns `row_ends`."""
+    ends = row_ends(valid)
+    shared = common_prefixes(input_ids, valid, ends)
+    groups: list[Group] = []
+    for row, end in enumerate(ends):
+        if groups:
+            last = groups[-1]
+            prefix = min(last.prefix, shared[row - 1]) if last.size > 1 else shared[row - 1]
+            joined = Group(last.first, last.size + 1, prefix)
+            together = cost.rows([joined.packed_length(ends)])
+            apart = cost.rows([last.packed_length(ends), end])
+            if prefix > 0 and together < apart:
+                groups[-1] = joined
+                continue
+        groups.append(Group(row, 1, end))
+    return groups, ends
+
+
+@dataclass(frozen=True)
+class SharedPrefixLayout:
+    """The packed rows and where each original row's predictions come from in them.
+
+    input_ids, positions: [R, T]; mask: [R, 1, T, T] bool, True = masked. For original row b
+    and column t < S-1 (the prediction of input_ids[b, t+1]): row[b] is its packed row,
+    source[b, t] the packed column whose logits predict it, scored[b, t] whether both that
+    target and the token predicting it are real (else source is 0 and the logprob is reported
+    as 0: a prediction from a padding position attends nothing and means nothing).
+    """
+
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    mask: torch.Tensor
+    row: torch.Tensor
+    source: torch.Tensor
+    scored: torch.Tensor
+
+    @classmethod
+    def build(
+        cls,
+        input_ids: torch.Tensor,
+        valid: torch.Tensor,
+        groups: list[Group],
+        ends: list[int],
+        multiple: int = 1,
+    ) -> SharedPrefixLayout:
+        """Pack `groups` of the [B, S] rows; each packed row padded to a multiple of `multiple`
+        columns (the TP size under sequence parallelism)."""
+        device = input_ids.device
+        batch, seq = input_ids.shape
+        valid = valid.bool()
+        positions = (valid.long().cumsum(dim=1) - 1).clamp(min=0)
+        width = max(g.packed_length(ends) for g in groups)
+        width = -(-width // multiple) * multiple
+        packed_ids = torch.zeros(len(groups), width, dtype=input_ids.dtype, device=device)
+        packed_pos = torch.zeros(len(groups), width, dtype=positions.dtype, device=device)
+        packed_valid = torch.zeros(len(groups), width, dtype=torch.bool, device=device)
+        segment = torch.full((len(groups), width), -1, dtype=torch.long, device=device)
+        row_of = torch.empty(batch, dtype=torch.long, device=device)
+        source = torch.zeros(batch, seq - 1, dtype=torch.long, device=device)
+        column = torch.arange(seq - 1, device=device)
+        for index, group in enumerate(groups):
+            first, p = group.first, group.prefix
+            packed_ids[index, :p] = input_ids[first, :p]
+            packed_pos[index, :p] = positions[first, :p]
+            packed_valid[index, :p] = valid[first, :p]
+            segment[index, :p] = 0
+            offset = p
+            for member, b in enumerate(range(first, first + group.size)):
+                length = max(ends[b] - p, 0)
+                span = slice(offset, offset + length)
+                packed_ids[index, span] = input_ids[b, p : p + length]
+                packed_pos[index, span] = positions[b, p : p + length]
+                packed_valid[index, span] = valid[b, p : p + length]
+                segment[index, span] = member + 1
+                row_of[b] = index
+                # Column t predicts t+1: in the prefix while t < p, then in this row's suffix.
+                source[b] = torch.where(column < p, column, offset + column - p)
+                offset += length
+        scored = valid[:, :-1] & valid[:, 1:]
+        source = torch.where(scored, source, torch.zeros_like(source))
+        query, key = segment[:, :, None], segment[:, None, :]
+        causal = torch.ones(width, width, dtype=torch.bool, device=device).triu(1)
+        visible = ((key == 0) | (key == query)) & packed_valid[:, None, :] & ~causal
+        return cls(packed_ids, packed_pos, ~visible[:, None], row_of, source, scored)
+
+    def token_logprobs(
+        self, logits: torch.Tensor, targets: torch.Tensor, vocab_size: int, temperature: float
+    ) -> torch.Tensor:
+        """[B, S-1] log p(targets[b, t]) at `temperature` over the first `vocab_size` ids, from
+        the packed [R, T, V] logits; 0 where not `scored`."""
+        real = logits[..., :vocab_size]
+        scale = 1.0 / temperature
+        lse = chunked_logsumexp(real, scale)  # [R, T]
+        rows = self.row[:, None].expand_as(self.source)
+        picked = real[rows, self.source, targets] * scale
+        logprobs = picked - lse[rows, self.source]
+        return torch.where(self.scored, logprobs, torch.zeros_like(logprobs))
+
+
+def shared_prefix_logprobs(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    valid: torch.Tensor,
+    vocab_size: int,
+    temperature: float = 1.0,
+    multiple: int = 1,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B, S-1] next-token logprobs of the [B, S] rows, forwarded as shared-prefix rows, and the
+    packed logits (the schedule's output tensor). The caller checked `unsupported_reason`."""
+    if int(input_ids[:, 1:].max()) >= vocab_size:
+        raise ValueError(
+            f"shared_prefix_logprobs: input id {int(input_ids[:, 1:].max())} >= tokenizer vocab "
+            f"size {vocab_size} (ids beyond it are model padding); check the batch's input_ids."
+        )
+    groups, ends = plan_groups(input_ids, valid.bool(), FlopCost.of(model))
+    layout = SharedPrefixLayout.build(input_ids, valid, groups, ends, multiple)
+    logits = model_logits(model, layout.input_ids, layout.positions, layout.mask)
+    return layout.token_logprobs(logits, input_ids[:, 1:], vocab_size, temperature), logits

@@ -1,0 +1,175 @@
+"""Shared-prefix rows (`mcore_grpo.worker.shared_prefix`) against the unshared forward (the
+oracle: `policy_logits` + `next_token_logprobs`, the path every run took before): logprobs,
+gradients of every parameter, no leak between completions, and how groups are found.
+
+The batch is two GRPO groups of three rows whose prompts have different lengths (left padding)
+and whose completions end at different columns (right padding), on a rope / RMSNorm / SwiGLU /
+GQA GPT; fp32."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from mcore_grpo.worker.config import ModelConfig, WorkerConfig
+from mcore_grpo.worker.forward import next_token_logprobs, policy_logits
+from mcore_grpo.worker.model import build_gpt
+from mcore_grpo.worker.shared_prefix import (
+    FlopCost,
+    Group,
+    SharedPrefixLayout,
+    enable,
+    plan_groups,
+    shared_prefix_logprobs,
+    unsupported_reason,
+)
+
+VOCAB = 64
+PROMPTS = (5, 7)  # real prompt tokens per group
+COMPLETIONS = ((6, 3, 4), (2, 6, 5))  # real completion tokens per row
+WIDTH = max(PROMPTS) + 6
+
+
+def _config(device: str, position_embedding_type: str = "rope") -> WorkerConfig:
+    return WorkerConfig(
+        device=device,  # type: ignore[arg-type]
+        model=ModelConfig(
+            num_layers=2,
+            hidden_size=32,
+            num_attention_heads=4,
+            num_query_groups=2,
+            vocab_size=VOCAB,
+            max_sequence_length=64,
+            position_embedding_type=position_embedding_type,  # type: ignore[arg-type]
+            normalization="RMSNorm",
+            swiglu=True,
+            add_bias_linear=False,
+        ),
+    )
+
+
+@pytest.fixture
+def model(tp1: None, device: str) -> Iterator[torch.nn.Module]:
+    torch.manual_seed(0)
+    _, gpt = build_gpt(_config(device))
+    enable(gpt)
+    gpt.eval()  # no dropout either way; eval keeps the comparison deterministic
+    yield gpt
+
+
+def _batch(device: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """[6, WIDTH] ids and valid: per group a left-padded prompt, then each row's completion,
+    right-padded."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.zeros(6, WIDTH, dtype=torch.long)
+    valid = torch.zeros(6, WIDTH, dtype=torch.bool)
+    start = max(PROMPTS)
+    for group, (prompt, completions) in enumerate(zip(PROMPTS, COMPLETIONS, strict=True)):
+        prompt_ids = torch.randint(1, VOCAB, (prompt,), generator=g)
+        for member, length in enumerate(completions):
+            row = 3 * group + member
+            ids[row, start - prompt : start] = prompt_ids
+            ids[row, start : start + length] = torch.randint(1, VOCAB, (length,), generator=g)
+            valid[row, start - prompt : start + length] = True
+    return ids.to(device), valid.to(device)
+
+
+def _unshared(model: torch.nn.Module, ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    return next_token_logprobs(policy_logits(model, ids, valid), ids, VOCAB)
+
+
+def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    return grads
+
+
+def test_the_two_groups_are_found_and_share_their_prompts(model: torch.nn.Module, device: str):
+    ids, valid = _batch(device)
+    groups, ends = plan_groups(ids, valid, FlopCost.of(model))
+    start = max(PROMPTS)
+    # A group shares its prompt and padding, plus any completion tokens that happen to agree.
+    assert [(g.first, g.size) for g in groups] == [(0, 3), (3, 3)]
+    assert all(g.prefix >= start for g in groups)
+    packed = [g.packed_length(ends) for g in groups]
+    assert packed == [start + sum(c) for c in COMPLETIONS]
+    assert sum(packed) < 6 * WIDTH
+
+
+def test_logprobs_equal_the_unshared_rows(model: torch.nn.Module, device: str) -> None:
+    ids, valid = _batch(device)
+    with torch.no_grad():
+        shared, _ = shared_prefix_logprobs(model, ids, valid, VOCAB)
+        unshared = _unshared(model, ids, valid)
+    scored = valid[:, :-1] & valid[:, 1:]  # a prediction from a left pad attends nothing
+    diff = (shared - unshared)[scored].abs().max()
+    assert float(diff) <= 1e-5, f"max |shared - unshared| logprob over real targets = {diff}"
+    assert float(shared[~scored].abs().max()) == 0.0
+
+
+def test_gradients_equal_the_unshared_rows(model: torch.nn.Module, device: str) -> None:
+    ids, valid = _batch(device)
+    weights = torch.randn(
+        ids.shape[0], ids.shape[1] - 1, generator=torch.Generator().manual_seed(1)
+    )
+    weights = weights.to(device) * (valid[:, :-1] & valid[:, 1:])
+    shared, _ = shared_prefix_logprobs(model, ids, valid, VOCAB)
+    (shared * weights).sum().backward()
+    got = _grads(model)
+    (_unshared(model, ids, valid) * weights).sum().backward()
+    expected = _grads(model)
+    assert got.keys() == expected.keys() and len(got) > 5
+    worst = max(
+        float((got[n] - expected[n]).norm() / expected[n].norm().clamp(min=1e-12)) for n in got
+    )
+    assert worst <= 1e-5, f"worst relative gradient difference over parameters = {worst}"
+
+
+def test_changing_one_completion_changes_no_other_row(model: torch.nn.Module, device: str):
+    ids, valid = _batch(device)
+    changed = ids.clone()
+    start = max(PROMPTS)
+    changed[1, start + 1 : start + 3] = (changed[1, start + 1 : start + 3] + 7) % VOCAB
+    with torch.no_grad():
+        before, _ = shared_prefix_logprobs(model, ids, valid, VOCAB)
+        after, _ = shared_prefix_logprobs(model, changed, valid, VOCAB)
+    others = [0, 2, 3, 4, 5]
+    assert torch.equal(before[others], after[others])
+    assert float((before[1] - after[1]).abs().max()) > 1e-3  # the changed row itself moved
+
+
+def test_a_costly_share_is_left_unshared() -> None:
+    """Attention over the packed row grows with its square: with scores as dear as tokens, three
+    rows of a 2-token prompt and 40-token completions cost less apart."""
+    ids = torch.zeros(3, 42, dtype=torch.long)
+    ids[:, 2:] = torch.arange(3)[:, None] + 1
+    valid = torch.ones(3, 42, dtype=torch.bool)
+    groups, _ = plan_groups(ids, valid, FlopCost(per_token=1.0, per_score=1.0))
+    assert [(g.first, g.size) for g in groups] == [(0, 1), (1, 1), (2, 1)]
+    groups, _ = plan_groups(ids, valid, FlopCost(per_token=1e6, per_score=1.0))
+    assert [(g.first, g.size, g.prefix) for g in groups] == [(0, 3, 2)]
+
+
+def test_layout_maps_each_prediction_to_its_packed_column() -> None:
+    ids = torch.tensor([[0, 5, 6, 7, 8], [0, 5, 6, 9, 0]])
+    valid = torch.tensor([[0, 1, 1, 1, 1], [0, 1, 1, 1, 0]], dtype=torch.bool)
+    layout = SharedPrefixLayout.build(ids, valid, [Group(0, 2, 3)], [5, 4])
+    # [pad 5 6 | 7 8 | 9]
+    assert layout.input_ids.tolist() == [[0, 5, 6, 7, 8, 9]]
+    assert layout.positions.tolist() == [[0, 0, 1, 2, 3, 2]]
+    assert layout.source.tolist() == [[0, 1, 2, 3], [0, 1, 2, 0]]
+    assert layout.scored.tolist() == [[False, True, True, True], [False, True, True, False]]
+    visible = ~layout.mask[0, 0]
+    assert visible[5].tolist() == [False, True, True, False, False, True]  # 9 sees 5 6, not 7 8
+
+
+def test_models_it_applies_to(tp1: None, device: str) -> None:
+    _, learned = build_gpt(_config(device, "learned_absolute"))
+    assert unsupported_reason(learned) is None
+    _, rope = build_gpt(_config(device))
+    assert unsupported_reason(rope) is None
+    config: Any = rope.config
+    config.window_size = (4, 0)
+    assert "sliding windows" in str(unsupported_reason(rope))
