@@ -131,6 +131,11 @@ class WorkerConfig:
     # its `Float16Module` (bf16 weights, fp32 logits), fp32 main params in its optimizer.
     # Meant for GPUs; it runs on CPU too (the tests check the path there).
     precision: Literal["float32", "bfloat16"] = "float32"
+    # Shared-prefix rows (`shared_prefix`): each group's common prefix (a GRPO prompt) forwarded
+    # once in the logprob and training passes. None: on wherever the model's logits are exact
+    # that way, else off with a logged reason; True: required (the build refuses, naming why);
+    # False: off. NeMo-RL's key: `policy.shared_prefix_training`.
+    shared_prefix: bool | None = None
 
     def validate(self) -> WorkerConfig:
         """Reject configurations the worker cannot run, naming the field to change."""

@@ -37,6 +37,8 @@ class PolicyModel:
     ddp: Any
     optimizer: Any
     layer_spec: str = "local"
+    # Whether the logprob and training forwards use shared-prefix rows (`shared_prefix.resolve`).
+    shared_prefix: bool = False
 
     @property
     def gpt(self) -> torch.nn.Module:
@@ -281,7 +283,10 @@ def build_policy(config: WorkerConfig) -> PolicyModel:
     )
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
+    from mcore_grpo.worker.shared_prefix import resolve
+
     tcfg, gpt = build_gpt(config)
+    shared_prefix = resolve(config.shared_prefix, gpt)
     model = wrap_precision(config, tcfg, gpt)
     d = config.ddp
     ddp_kwargs: dict[str, Any] = {
@@ -317,7 +322,13 @@ def build_policy(config: WorkerConfig) -> PolicyModel:
     tcfg.param_sync_func = ddp.start_param_sync if d.overlap_param_gather else None
     tcfg.finalize_model_grads_func = finalize_model_grads
     spec = "hf-bridge" if config.model.hf_checkpoint is not None else layer_spec_name(config)
-    return PolicyModel(transformer_config=tcfg, ddp=ddp, optimizer=optimizer, layer_spec=spec)
+    return PolicyModel(
+        transformer_config=tcfg,
+        ddp=ddp,
+        optimizer=optimizer,
+        layer_spec=spec,
+        shared_prefix=shared_prefix,
+    )
 
 
 def sync_params(policy: PolicyModel) -> None:

@@ -21,8 +21,8 @@ from mcore_grpo.worker.engine_lifecycle import (
     SuspendableEngine,
     SynchronizedEngineLifecycle,
 )
-from mcore_grpo.worker.forward import next_token_logprobs, policy_logits
 from mcore_grpo.worker.generation import GenerationOutput, SamplingParams, generate
+from mcore_grpo.worker.logprobs import policy_token_logprobs
 from mcore_grpo.worker.memory.offload import (
     Offloader,
     OffloadReport,
@@ -161,9 +161,12 @@ class MegatronPolicyWorker:
         ddp = self.policy.ddp
         ddp.eval()
         try:
-            logits = policy_logits(ddp, batch["input_ids"], batch["attention_mask"])
-            lp = next_token_logprobs(
-                logits, batch["input_ids"], self.config.model.vocab_size, self.config.temperature
+            lp, _ = policy_token_logprobs(
+                ddp,
+                batch["input_ids"],
+                batch["attention_mask"],
+                self.config,
+                self.policy.shared_prefix,
             )
         finally:
             ddp.train()

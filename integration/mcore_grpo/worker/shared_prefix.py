@@ -17,12 +17,15 @@ whole packed row, which long suffixes make dearer than the rows it replaces.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from mcore_grpo.worker.forward import chunked_logsumexp, has_recurrent_layers, model_logits
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,10 @@ def unsupported_reason(model: torch.nn.Module) -> str | None:
         return f"position_embedding_type {kind!r} is not taken from position_ids"
     if getattr(config, "window_size", None) is not None:
         return "its sliding windows count distance by index in the row"
+    if getattr(config, "num_moe_experts", None):
+        moe_reason = _moe_reason(config)
+        if moe_reason is not None:
+            return moe_reason
     for module in model.modules():
         if hasattr(module, "core_attention") and not isinstance(
             module.core_attention, DotProductAttention
@@ -88,11 +95,53 @@ def unsupported_reason(model: torch.nn.Module) -> str | None:
     return None
 
 
+def _moe_reason(config: Any) -> str | None:
+    """Routing is per token, so an MoE layer's outputs are exact over shared rows; what sees the
+    whole batch is not: the auxiliary losses average over the routed tokens (a shared prompt
+    counts once instead of once per sample) and a capacity drops tokens by the batch's load."""
+    if getattr(config, "moe_expert_capacity_factor", None) is not None:
+        return "its experts' capacity drops tokens by the load of the whole batch"
+    coefficients = {
+        "moe_aux_loss_coeff": getattr(config, "moe_aux_loss_coeff", 0.0),
+        "moe_z_loss_coeff": getattr(config, "moe_z_loss_coeff", None),
+    }
+    for name, value in coefficients.items():
+        values = value if isinstance(value, (list, tuple)) else [value]
+        if any(v for v in values):
+            return (
+                f"its router's auxiliary loss ({name}={value}) averages over the routed tokens, "
+                "and shared rows route each prompt once instead of once per sample"
+            )
+    return None
+
+
 def enable(model: torch.nn.Module) -> None:
     """Make the model rotate by the positions it is given (a no-op for learned positions)."""
     gpt = gpt_module(model)
     if gpt.position_embedding_type == "rope":
         gpt.config.rope_from_position_ids = True
+
+
+def resolve(requested: bool | None, model: torch.nn.Module) -> bool:
+    """Whether `model`'s logprob and training forwards use shared-prefix rows
+    (`WorkerConfig.shared_prefix`); turns them on in the model when they do."""
+    if requested is False:
+        return False
+    reason = unsupported_reason(model)
+    if reason is None:
+        enable(model)
+        return True
+    if requested:
+        raise ValueError(
+            f"WorkerConfig.shared_prefix=True, but shared-prefix rows would change this model's "
+            f"logits: {reason}. Set it to None (on wherever exact) or False."
+        )
+    log.warning(
+        "mcore_grpo.worker: shared-prefix rows are off for this model (%s): every row is "
+        "forwarded whole",
+        reason,
+    )
+    return False
 
 
 def common_prefixes(input_ids: torch.Tensor, valid: torch.Tensor, ends: list[int]) -> list[int]:

@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 from mcore_grpo.worker.batch import Batch, LossSumFn, split_microbatches, valid_count
 from mcore_grpo.worker.config import WorkerConfig
-from mcore_grpo.worker.forward import next_token_logprobs, policy_logits
+from mcore_grpo.worker.logprobs import policy_token_logprobs
 from mcore_grpo.worker.model import PolicyModel
 from mcore_grpo.worker.moe_metrics import RouterStats
 
@@ -148,15 +148,15 @@ class SplitTrainStep:
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
         mbs = self._config.micro_batch_size
-        vocab_size = self._config.model.vocab_size
-        temperature = self._config.temperature
+        shared_prefix = self._policy.shared_prefix
         chunks = split_microbatches(batch, mbs)
         losses: list[torch.Tensor] = []
 
         def forward_step(data_iterator: Iterator[dict[str, torch.Tensor]], model: Any) -> Any:
             mb = next(data_iterator)
-            logits = policy_logits(model, mb["input_ids"], mb["attention_mask"])
-            logprobs = next_token_logprobs(logits, mb["input_ids"], vocab_size, temperature)
+            logprobs, logits = policy_token_logprobs(
+                model, mb["input_ids"], mb["attention_mask"], self._config, shared_prefix
+            )
 
             def loss_func(_output: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict]:
                 total = self._loss_sum_fn(logprobs, mb)

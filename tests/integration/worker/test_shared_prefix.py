@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from mcore_grpo.worker.config import ModelConfig, WorkerConfig
+from mcore_grpo.worker.config import ModelConfig, MoEConfig, ParallelConfig, WorkerConfig
 from mcore_grpo.worker.forward import next_token_logprobs, policy_logits
 from mcore_grpo.worker.model import build_gpt
 from mcore_grpo.worker.shared_prefix import (
@@ -22,19 +22,30 @@ from mcore_grpo.worker.shared_prefix import (
     SharedPrefixLayout,
     enable,
     plan_groups,
+    resolve,
     shared_prefix_logprobs,
     unsupported_reason,
 )
 
+from tests.integration.worker.harness import spawn2
+from tests.support.device import MULTI_RANK_CPU
+from tests.support.ports import free_port
+
 VOCAB = 64
 PROMPTS = (5, 7)  # real prompt tokens per group
 COMPLETIONS = ((6, 3, 4), (2, 6, 5))  # real completion tokens per row
-WIDTH = max(PROMPTS) + 6
+WIDTH = max(PROMPTS) + 7  # even: sequence parallelism splits whole rows over 2 ranks
 
 
-def _config(device: str, position_embedding_type: str = "rope") -> WorkerConfig:
+def _config(
+    device: str,
+    position_embedding_type: str = "rope",
+    moe: MoEConfig | None = None,
+    parallel: ParallelConfig | None = None,
+) -> WorkerConfig:
     return WorkerConfig(
         device=device,  # type: ignore[arg-type]
+        parallel=parallel or ParallelConfig(),
         model=ModelConfig(
             num_layers=2,
             hidden_size=32,
@@ -46,6 +57,7 @@ def _config(device: str, position_embedding_type: str = "rope") -> WorkerConfig:
             normalization="RMSNorm",
             swiglu=True,
             add_bias_linear=False,
+            moe=moe,
         ),
     )
 
@@ -109,7 +121,9 @@ def test_logprobs_equal_the_unshared_rows(model: torch.nn.Module, device: str) -
     assert float(shared[~scored].abs().max()) == 0.0
 
 
-def test_gradients_equal_the_unshared_rows(model: torch.nn.Module, device: str) -> None:
+def _gradient_difference(model: torch.nn.Module, device: str, reduce: Any = None) -> float:
+    """Worst relative difference over parameters between the gradients of one weighted sum of
+    the shared and of the unshared logprobs; `reduce(grads)` first (sequence-parallel grads)."""
     ids, valid = _batch(device)
     weights = torch.randn(
         ids.shape[0], ids.shape[1] - 1, generator=torch.Generator().manual_seed(1)
@@ -120,10 +134,34 @@ def test_gradients_equal_the_unshared_rows(model: torch.nn.Module, device: str) 
     got = _grads(model)
     (_unshared(model, ids, valid) * weights).sum().backward()
     expected = _grads(model)
+    if reduce is not None:
+        reduce(model, got)
+        reduce(model, expected)
     assert got.keys() == expected.keys() and len(got) > 5
-    worst = max(
+    return max(
         float((got[n] - expected[n]).norm() / expected[n].norm().clamp(min=1e-12)) for n in got
     )
+
+
+def test_gradients_equal_the_unshared_rows(model: torch.nn.Module, device: str) -> None:
+    worst = _gradient_difference(model, device)
+    assert worst <= 1e-5, f"worst relative gradient difference over parameters = {worst}"
+
+
+def test_moe_without_auxiliary_losses_is_exact(tp1: None, device: str) -> None:
+    """Routing is per token: an MoE layer's logprobs and gradients (router included) are the
+    unshared ones when no batch-wide auxiliary loss or capacity is configured."""
+    torch.manual_seed(0)
+    _, gpt = build_gpt(_config(device, moe=MoEConfig(num_experts=4, aux_loss_coeff=0.0)))
+    assert resolve(None, gpt)
+    gpt.eval()
+    ids, valid = _batch(device)
+    with torch.no_grad():
+        shared, _ = shared_prefix_logprobs(gpt, ids, valid, VOCAB)
+        unshared = _unshared(gpt, ids, valid)
+    scored = valid[:, :-1] & valid[:, 1:]
+    assert float((shared - unshared)[scored].abs().max()) <= 1e-5
+    worst = _gradient_difference(gpt, device)
     assert worst <= 1e-5, f"worst relative gradient difference over parameters = {worst}"
 
 
@@ -165,6 +203,18 @@ def test_layout_maps_each_prediction_to_its_packed_column() -> None:
     assert visible[5].tolist() == [False, True, True, False, False, True]  # 9 sees 5 6, not 7 8
 
 
+def test_moe_with_an_auxiliary_loss_falls_back_and_says_why(
+    tp1: None, device: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    _, gpt = build_gpt(_config(device, moe=MoEConfig(num_experts=4, aux_loss_coeff=1e-2)))
+    with caplog.at_level("WARNING"):
+        assert resolve(None, gpt) is False
+    assert "moe_aux_loss_coeff=0.01" in caplog.text and "once per sample" in caplog.text
+    with pytest.raises(ValueError, match=r"shared_prefix=True, but .*moe_aux_loss_coeff"):
+        resolve(True, gpt)
+    assert resolve(False, gpt) is False
+
+
 def test_models_it_applies_to(tp1: None, device: str) -> None:
     _, learned = build_gpt(_config(device, "learned_absolute"))
     assert unsupported_reason(learned) is None
@@ -173,3 +223,57 @@ def test_models_it_applies_to(tp1: None, device: str) -> None:
     config: Any = rope.config
     config.window_size = (4, 0)
     assert "sliding windows" in str(unsupported_reason(rope))
+
+
+def _tp2_rank(sequence_parallel: bool) -> dict[str, float]:
+    """One of two TP ranks: the shared rows against the unshared ones on the same TP=2 model."""
+    from mcore_grpo.worker.cpu import cpu_device, model_parallel_seed
+    from megatron.core import parallel_state
+
+    parallel = ParallelConfig(tensor_model_parallel_size=2, sequence_parallel=sequence_parallel)
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=2)
+    try:
+        with cpu_device("cpu"):
+            model_parallel_seed(0, "cpu")
+            _, gpt = build_gpt(_config("cpu", parallel=parallel))
+            assert resolve(True, gpt)
+            gpt.eval()
+            ids, valid = _batch("cpu")
+            with torch.no_grad():
+                shared, _ = shared_prefix_logprobs(gpt, ids, valid, VOCAB, multiple=2)
+                unshared = _unshared(gpt, ids, valid)
+            scored = valid[:, :-1] & valid[:, 1:]
+            logprob = float((shared - unshared)[scored].abs().max())
+            gradient = _gradient_difference(gpt, "cpu", _sum_sequence_parallel_grads)
+        return {"logprob": logprob, "gradient": gradient}
+    finally:
+        parallel_state.destroy_model_parallel()
+
+
+def _sum_sequence_parallel_grads(model: torch.nn.Module, grads: dict[str, torch.Tensor]) -> None:
+    """Under sequence parallelism each rank's norm weights get the gradient of its own tokens:
+    the rows are split differently in the two layouts, only the sum over the ranks compares
+    (megatron-core's `finalize_model_grads` sums them the same way)."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    for name, param in model.named_parameters():
+        if getattr(param, "sequence_parallel", False) and name in grads:
+            dist.all_reduce(grads[name], group=parallel_state.get_tensor_model_parallel_group())
+
+
+def _tp2_plain() -> dict[str, float]:
+    return _tp2_rank(sequence_parallel=False)
+
+
+def _tp2_sequence_parallel() -> dict[str, float]:
+    return _tp2_rank(sequence_parallel=True)
+
+
+@pytest.mark.cpu_only(reason=MULTI_RANK_CPU)
+@pytest.mark.parametrize("rank_fn", [_tp2_plain, _tp2_sequence_parallel], ids=["tp2", "tp2-sp"])
+def test_tensor_parallel_ranks_are_exact(world1: None, rank_fn: Any) -> None:
+    results = spawn2(rank_fn, free_port())
+    for rank, figures in results.items():
+        assert figures["logprob"] <= 1e-5, (rank, figures)
+        assert figures["gradient"] <= 1e-5, (rank, figures)

@@ -197,6 +197,9 @@ class PolicySection:
     logprob_batch_size: int = 16
     max_total_sequence_length: int = 16
     max_grad_norm: float = 1.0
+    # NeMo-RL's key (open PR NVIDIA-NeMo/RL #4008): each prompt forwarded once per group in the
+    # logprob and training passes. None: wherever exact (`mcore_grpo.worker.shared_prefix`).
+    shared_prefix_training: bool | None = None
     tiny_model: TinyModelSection = field(default_factory=TinyModelSection)
     generation: GenerationSection = field(default_factory=GenerationSection)
     megatron_cfg: MegatronSection = field(default_factory=MegatronSection)

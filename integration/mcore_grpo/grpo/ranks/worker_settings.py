@@ -91,6 +91,7 @@ def worker_config(config: RunConfig, tokens: TaskTokens) -> WorkerConfig:
         ),
         temperature=p.generation.temperature,
         precision=p.precision,  # type: ignore[arg-type]
+        shared_prefix=p.shared_prefix_training,
     )
 
 

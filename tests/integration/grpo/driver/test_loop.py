@@ -199,3 +199,24 @@ def test_checkpoint_must_save_by_reads_as_nemo_rl_reads_it() -> None:
     assert must_save_by_seconds(None) is None
     with pytest.raises(ValueError, match=r"checkpoint_must_save_by='3h'.*DD:HH:MM:SS"):
         must_save_by_seconds("3h")
+
+
+@pytest.mark.cpu_only(reason=CPU_PRESET)
+def test_shared_prefix_rows_leave_the_run_unchanged(tmp_path: Path, short: list[str]) -> None:
+    """`policy.shared_prefix_training` on and off from the same seed: each group's prompt is
+    forwarded once instead of once per sample, and the run is the same run. The logprobs of
+    the two layouts differ by float rounding only (1e-7), so every sample, reward and count
+    is identical and the losses and gradient norms agree to 1e-5."""
+    runs = {}
+    for setting in ("true", "false"):
+        out = tmp_path / setting
+        _run(out, [*short, f"policy.shared_prefix_training={setting}"])
+        lines = (out / "metrics.jsonl").read_text().splitlines()
+        runs[setting] = [json.loads(line) for line in lines]
+    shared, whole = runs["true"], runs["false"]
+    assert [r["step"] for r in shared] == [r["step"] for r in whole] == [1, 2, 3]
+    for a, b in zip(shared, whole, strict=True):
+        assert a["reward_mean"] == b["reward_mean"]
+        assert a["mean_gen_tokens_per_sample"] == b["mean_gen_tokens_per_sample"]
+        for key in ("loss", "grad_norm", "kl", "approx_entropy"):
+            assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-6), (a["step"], key)
