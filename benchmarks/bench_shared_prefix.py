@@ -1,0 +1,192 @@
+"""Shared-prefix rows against whole rows: the logprob pass and the training pass of one GRPO
+group (G samples of one prompt), on SmolLM2-135M's shape, at growing prompt lengths.
+
+Each (prompt length, layout) runs in a fresh process of its own, so its peak RSS
+(`ru_maxrss`, minus the process's RSS once the model is built) is its own; on CUDA the peak
+allocated memory instead. Timings are medians over `--repeat` passes after one warm-up. The
+model has random weights (the speed of a pass does not depend on them); the completions end at
+different lengths (a quarter of the group stops at half length), as sampled ones do.
+
+    uv run --no-sync python benchmarks/bench_shared_prefix.py [--prompts 128 512 2048]
+        [--group 8] [--completion 48] [--repeat 3] [--threads N] [--json FILE]
+
+Printed, never asserted, with the load average before and after (the machine may be shared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _smollm2_shape(sequence: int) -> Any:
+    from mcore_grpo.worker.config import ModelConfig
+
+    return ModelConfig(
+        num_layers=30,
+        hidden_size=576,
+        num_attention_heads=9,
+        num_query_groups=3,
+        ffn_hidden_size=1536,
+        vocab_size=49152,
+        max_sequence_length=sequence,
+        position_embedding_type="rope",
+        rotary_base=100000,
+        normalization="RMSNorm",
+        swiglu=True,
+        add_bias_linear=False,
+        tie_embeddings=True,
+    )
+
+
+def _group(prompt: int, group: int, completion: int) -> tuple[Any, Any]:
+    """[G, prompt + completion] ids and valid: one prompt, G completions, some ending early."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    width = prompt + completion
+    ids = torch.zeros(group, width, dtype=torch.long)
+    valid = torch.zeros(group, width, dtype=torch.bool)
+    ids[:, :prompt] = torch.randint(1, 49152, (prompt,), generator=g)
+    for row in range(group):
+        length = completion // 2 if row % 4 == 3 else completion
+        ids[row, prompt : prompt + length] = torch.randint(1, 49152, (length,), generator=g)
+        valid[row, : prompt + length] = True
+    return ids, valid
+
+
+def _child(prompt: int, group: int, completion: int, shared: bool, repeat: int) -> None:
+    """One layout at one prompt length: prints one JSON line."""
+    import torch
+    import torch.distributed as dist
+    from mcore_grpo.worker.config import WorkerConfig
+    from mcore_grpo.worker.cpu import cpu_device, model_parallel_seed
+    from mcore_grpo.worker.logprobs import policy_token_logprobs
+    from mcore_grpo.worker.model import build_gpt
+    from mcore_grpo.worker.shared_prefix import resolve
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("BENCH_PORT", "29533"))
+    dist.init_process_group("nccl" if device == "cuda" else "gloo", rank=0, world_size=1)
+    from megatron.core import parallel_state
+
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=1)
+    config = WorkerConfig(device=device, model=_smollm2_shape(prompt + completion))
+    with cpu_device(device):
+        model_parallel_seed(0, device)
+        _, gpt = build_gpt(config)
+        if shared:
+            resolve(True, gpt)  # refuses, naming why, where the rows would not be exact
+        ids, valid = (t.to(device) for t in _group(prompt, group, completion))
+
+        def sync() -> None:
+            if device == "cuda":
+                torch.cuda.synchronize()
+
+        def logprob_pass() -> None:
+            with torch.no_grad():
+                policy_token_logprobs(gpt, ids, valid, config, shared)
+            sync()
+
+        def train_pass() -> None:
+            logprobs, _ = policy_token_logprobs(gpt, ids, valid, config, shared)
+            logprobs.sum().backward()
+            gpt.zero_grad(set_to_none=True)
+            sync()
+
+        base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        figures: dict[str, Any] = {"prompt": prompt, "shared": shared}
+        for name, run in (("logprob_s", logprob_pass), ("train_s", train_pass)):
+            run()
+            times = []
+            for _ in range(repeat):
+                start = time.perf_counter()
+                run()
+                times.append(time.perf_counter() - start)
+            figures[name] = statistics.median(times)
+        if device == "cuda":
+            figures["peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
+        else:
+            figures["peak_mib"] = (
+                resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base_rss
+            ) / 1024
+    tokens = int(valid.sum()) if not shared else prompt + int(valid[:, prompt:].sum())
+    figures["tokens"] = tokens
+    print("RESULT " + json.dumps(figures), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--prompts", type=int, nargs="+", default=[128, 512, 2048])
+    parser.add_argument("--group", type=int, default=8)
+    parser.add_argument("--completion", type=int, default=48)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument("--child", nargs=5, type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        prompt, group, completion, shared, repeat = args.child
+        _child(prompt, group, completion, bool(shared), repeat)
+        return
+    print(f"load average before: {os.getloadavg()}", flush=True)
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": str(ROOT)}
+    rows: list[dict[str, Any]] = []
+    for prompt in args.prompts:
+        for shared in (0, 1):
+            cmd = [sys.executable, __file__, "--child", str(prompt), str(args.group)]
+            cmd += [str(args.completion), str(shared), str(args.repeat)]
+            out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+            line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+            if out.returncode or not line:
+                sys.exit(
+                    f"bench_shared_prefix: prompt {prompt} shared={shared} failed:\n{out.stderr[-3000:]}"
+                )
+            rows.append(json.loads(line[-1][len("RESULT ") :]))
+            print(f"  {rows[-1]}", flush=True)
+    print(f"load average after: {os.getloadavg()}")
+    print(f"\nG={args.group}, completion {args.completion} tokens, {args.threads} threads")
+    print(
+        "| prompt | tokens whole / shared | logprob pass s (whole / shared, x) | training pass s (whole / shared, x) | peak MiB (whole / shared) |"
+    )
+    print("|---|---|---|---|---|")
+    for prompt in args.prompts:
+        whole, shared_row = (r for r in rows if r["prompt"] == prompt)
+        print(
+            f"| {prompt} | {whole['tokens']} / {shared_row['tokens']} "
+            f"({whole['tokens'] / shared_row['tokens']:.2f}x) "
+            f"| {whole['logprob_s']:.2f} / {shared_row['logprob_s']:.2f} "
+            f"({whole['logprob_s'] / shared_row['logprob_s']:.2f}x) "
+            f"| {whole['train_s']:.2f} / {shared_row['train_s']:.2f} "
+            f"({whole['train_s'] / shared_row['train_s']:.2f}x) "
+            f"| {whole['peak_mib']:.0f} / {shared_row['peak_mib']:.0f} |"
+        )
+    if args.json is not None:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "group": args.group,
+                    "completion": args.completion,
+                    "threads": args.threads,
+                    "rows": rows,
+                },
+                indent=1,
+            )
+            + "\n"
+        )
+
+
+if __name__ == "__main__":
+    main()
