@@ -107,7 +107,8 @@ def _child(prompt: int, group: int, completion: int, shared: bool, repeat: int) 
         base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
-        figures: dict[str, Any] = {"prompt": prompt, "shared": shared}
+        tokens = int(valid.sum()) if not shared else prompt + int(valid[:, prompt:].sum())
+        figures: dict[str, Any] = {"prompt": prompt, "shared": shared, "tokens": tokens}
         for name, run in (("logprob_s", logprob_pass), ("train_s", train_pass)):
             run()
             times = []
@@ -116,15 +117,31 @@ def _child(prompt: int, group: int, completion: int, shared: bool, repeat: int) 
                 run()
                 times.append(time.perf_counter() - start)
             figures[name] = statistics.median(times)
-        if device == "cuda":
-            figures["peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
-        else:
-            figures["peak_mib"] = (
-                resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base_rss
-            ) / 1024
-    tokens = int(valid.sum()) if not shared else prompt + int(valid[:, prompt:].sum())
-    figures["tokens"] = tokens
-    print("RESULT " + json.dumps(figures), flush=True)
+            if device == "cuda":
+                figures["peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
+            else:
+                peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base_rss
+                figures["peak_mib"] = peak / 1024
+            # After each pass: a later pass killed for memory leaves the earlier figures.
+            print("RESULT " + json.dumps(figures), flush=True)
+
+
+def _cells(whole: dict[str, Any], shared: dict[str, Any]) -> list[str]:
+    """The table's cells for one prompt length; a failed layout shows its exit."""
+    cells = []
+    for key, fmt in (
+        ("tokens", "{:.0f}"),
+        ("logprob_s", "{:.2f}"),
+        ("train_s", "{:.2f}"),
+        ("peak_mib", "{:.0f}"),
+    ):
+        a, b = whole.get(key), shared.get(key)
+        text = f"{fmt.format(a) if a is not None else whole.get('error', '-')} / "
+        text += fmt.format(b) if b is not None else shared.get("error", "-")
+        if a is not None and b is not None and key != "peak_mib":
+            text += f" ({a / b:.2f}x)"
+        cells.append(text)
+    return cells
 
 
 def main() -> None:
@@ -150,11 +167,12 @@ def main() -> None:
             cmd += [str(args.completion), str(shared), str(args.repeat)]
             out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
             line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
-            if out.returncode or not line:
-                sys.exit(
-                    f"bench_shared_prefix: prompt {prompt} shared={shared} failed:\n{out.stderr[-3000:]}"
-                )
-            rows.append(json.loads(line[-1][len("RESULT ") :]))
+            row = json.loads(line[-1][len("RESULT ") :]) if line else {"prompt": prompt}
+            if out.returncode:
+                # e.g. whole rows at a 2,048-token prompt: killed for memory (exit -9) on 24 GiB
+                row["error"] = f"exit {out.returncode}"
+                row.pop("peak_mib", None)  # the peak of the pass that died is unknown
+            rows.append(row)
             print(f"  {rows[-1]}", flush=True)
     print(f"load average after: {os.getloadavg()}")
     print(f"\nG={args.group}, completion {args.completion} tokens, {args.threads} threads")
@@ -164,15 +182,7 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for prompt in args.prompts:
         whole, shared_row = (r for r in rows if r["prompt"] == prompt)
-        print(
-            f"| {prompt} | {whole['tokens']} / {shared_row['tokens']} "
-            f"({whole['tokens'] / shared_row['tokens']:.2f}x) "
-            f"| {whole['logprob_s']:.2f} / {shared_row['logprob_s']:.2f} "
-            f"({whole['logprob_s'] / shared_row['logprob_s']:.2f}x) "
-            f"| {whole['train_s']:.2f} / {shared_row['train_s']:.2f} "
-            f"({whole['train_s'] / shared_row['train_s']:.2f}x) "
-            f"| {whole['peak_mib']:.0f} / {shared_row['peak_mib']:.0f} |"
-        )
+        print(f"| {prompt} | " + " | ".join(_cells(whole, shared_row)) + " |")
     if args.json is not None:
         args.json.write_text(
             json.dumps(
