@@ -144,6 +144,31 @@ def _cells(whole: dict[str, Any], shared: dict[str, Any]) -> list[str]:
     return cells
 
 
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    """Seconds per pass against prompt length, whole rows and shared rows, both passes (a layout
+    that did not finish is left out of its line)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    passes = (("logprob_s", "logprob pass"), ("train_s", "training pass"))
+    for ax, (key, title) in zip(axes, passes, strict=True):
+        for shared, label in ((False, "whole rows"), (True, "shared-prefix rows")):
+            points = sorted(
+                (r["prompt"], r[key]) for r in rows if bool(r.get("shared")) == shared and key in r
+            )
+            ax.plot([x for x, _ in points], [y for _, y in points], marker="o", label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("prompt tokens (G=8 samples of 48 new tokens)")
+        ax.set_ylabel("seconds")
+        ax.set_title(title)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=int, nargs="+", default=[128, 512, 2048])
@@ -152,11 +177,19 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument("--plot", type=Path, default=None, help="also draw the figures here")
+    parser.add_argument(
+        "--from-json", type=Path, nargs="+", default=None, help="plot these runs' rows instead"
+    )
     parser.add_argument("--child", nargs=5, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         prompt, group, completion, shared, repeat = args.child
         _child(prompt, group, completion, bool(shared), repeat)
+        return
+    if args.from_json:
+        loaded = [row for f in args.from_json for row in json.loads(f.read_text())["rows"]]
+        plot(loaded, args.plot or Path("shared-prefix-scaling.png"))
         return
     print(f"load average before: {os.getloadavg()}", flush=True)
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": str(ROOT)}
@@ -183,6 +216,8 @@ def main() -> None:
     for prompt in args.prompts:
         whole, shared_row = (r for r in rows if r["prompt"] == prompt)
         print(f"| {prompt} | " + " | ".join(_cells(whole, shared_row)) + " |")
+    if args.plot is not None:
+        plot(rows, args.plot)
     if args.json is not None:
         args.json.write_text(
             json.dumps(

@@ -166,6 +166,15 @@ class WorkerConfig:
                 f"WorkerConfig.temperature must be > 0, got {self.temperature} "
                 "(use a small value for near-greedy sampling)"
             )
+        if self.shared_prefix and self.model.moe is not None:
+            moe = self.model.moe
+            if moe.aux_loss_coeff or moe.z_loss_coeff or moe.capacity_factor is not None:
+                raise ValueError(
+                    "WorkerConfig.shared_prefix=True with model.moe's auxiliary loss or capacity: "
+                    "those see the whole batch, where shared rows route each prompt once instead "
+                    "of once per sample. Set aux_loss_coeff=0, z_loss_coeff=None and "
+                    "capacity_factor=None, or shared_prefix=None."
+                )
         if self.micro_batch_size < 1:
             raise ValueError(
                 f"WorkerConfig.micro_batch_size must be >= 1, got {self.micro_batch_size}"

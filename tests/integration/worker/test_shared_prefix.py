@@ -8,6 +8,7 @@ GQA GPT; fp32."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -215,6 +216,14 @@ def test_moe_with_an_auxiliary_loss_falls_back_and_says_why(
     assert resolve(False, gpt) is False
 
 
+def test_an_explicit_request_the_config_rules_out_is_refused_before_any_build() -> None:
+    config = _config("cpu", moe=MoEConfig(num_experts=4, aux_loss_coeff=1e-2))
+    explicit = dataclasses.replace(config, shared_prefix=True)
+    with pytest.raises(ValueError, match=r"shared_prefix=True with model.moe's auxiliary loss"):
+        explicit.validate()
+    config.validate()  # unset: the build decides, and falls back
+
+
 def test_models_it_applies_to(tp1: None, device: str) -> None:
     _, learned = build_gpt(_config(device, "learned_absolute"))
     assert unsupported_reason(learned) is None
@@ -225,22 +234,27 @@ def test_models_it_applies_to(tp1: None, device: str) -> None:
     assert "sliding windows" in str(unsupported_reason(rope))
 
 
-def _tp2_rank(sequence_parallel: bool) -> dict[str, float]:
-    """One of two TP ranks: the shared rows against the unshared ones on the same TP=2 model."""
+def _two_rank_figures(parallel: ParallelConfig, moe: MoEConfig | None = None) -> dict[str, float]:
+    """One of two ranks (TP=2 or EP=2): the shared rows against the unshared ones on the same
+    model, the same batch on both ranks."""
     from mcore_grpo.worker.cpu import cpu_device, model_parallel_seed
     from megatron.core import parallel_state
 
-    parallel = ParallelConfig(tensor_model_parallel_size=2, sequence_parallel=sequence_parallel)
-    parallel_state.initialize_model_parallel(tensor_model_parallel_size=2)
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=parallel.tensor_model_parallel_size,
+        expert_model_parallel_size=parallel.expert_model_parallel_size,
+        expert_tensor_parallel_size=1,
+    )
+    multiple = parallel.tensor_model_parallel_size if parallel.sequence_parallel else 1
     try:
         with cpu_device("cpu"):
             model_parallel_seed(0, "cpu")
-            _, gpt = build_gpt(_config("cpu", parallel=parallel))
+            _, gpt = build_gpt(_config("cpu", moe=moe, parallel=parallel))
             assert resolve(True, gpt)
             gpt.eval()
             ids, valid = _batch("cpu")
             with torch.no_grad():
-                shared, _ = shared_prefix_logprobs(gpt, ids, valid, VOCAB, multiple=2)
+                shared, _ = shared_prefix_logprobs(gpt, ids, valid, VOCAB, multiple=multiple)
                 unshared = _unshared(gpt, ids, valid)
             scored = valid[:, :-1] & valid[:, 1:]
             logprob = float((shared - unshared)[scored].abs().max())
@@ -263,16 +277,25 @@ def _sum_sequence_parallel_grads(model: torch.nn.Module, grads: dict[str, torch.
 
 
 def _tp2_plain() -> dict[str, float]:
-    return _tp2_rank(sequence_parallel=False)
+    return _two_rank_figures(ParallelConfig(tensor_model_parallel_size=2))
 
 
 def _tp2_sequence_parallel() -> dict[str, float]:
-    return _tp2_rank(sequence_parallel=True)
+    parallel = ParallelConfig(tensor_model_parallel_size=2, sequence_parallel=True)
+    return _two_rank_figures(parallel)
+
+
+def _ep2_moe() -> dict[str, float]:
+    """Experts spread over two ranks (the allgather dispatcher), no auxiliary loss."""
+    parallel = ParallelConfig(expert_model_parallel_size=2, expert_tensor_parallel_size=1)
+    return _two_rank_figures(parallel, MoEConfig(num_experts=4, aux_loss_coeff=0.0))
 
 
 @pytest.mark.cpu_only(reason=MULTI_RANK_CPU)
-@pytest.mark.parametrize("rank_fn", [_tp2_plain, _tp2_sequence_parallel], ids=["tp2", "tp2-sp"])
-def test_tensor_parallel_ranks_are_exact(world1: None, rank_fn: Any) -> None:
+@pytest.mark.parametrize(
+    "rank_fn", [_tp2_plain, _tp2_sequence_parallel, _ep2_moe], ids=["tp2", "tp2-sp", "ep2-moe"]
+)
+def test_model_parallel_ranks_are_exact(world1: None, rank_fn: Any) -> None:
     results = spawn2(rank_fn, free_port())
     for rank, figures in results.items():
         assert figures["logprob"] <= 1e-5, (rank, figures)
