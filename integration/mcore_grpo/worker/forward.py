@@ -20,8 +20,13 @@ def attention_inputs(valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     seq = valid.shape[1]
     causal = torch.ones(seq, seq, dtype=torch.bool, device=valid.device).triu(1)
     mask = causal[None, None, :, :] | ~valid[:, None, None, :]
-    positions = (valid.long().cumsum(dim=1) - 1).clamp(min=0)
-    return positions, mask
+    return token_positions(valid), mask
+
+
+def token_positions(valid: torch.Tensor) -> torch.Tensor:
+    """[B, S] positions counting real tokens only (0 on leading pads), so a left-padded row
+    sees the positions of the unpadded one."""
+    return (valid.long().cumsum(dim=1) - 1).clamp(min=0)
 
 
 # `has_recurrent_layers` per model (weakly held: a model's lifetime is the caller's).
@@ -133,6 +138,19 @@ def real_vocab_logits(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
     return logits.masked_fill(padded, float("-inf"))
 
 
+def check_targets(targets: torch.Tensor, vocab_size: int, caller: str) -> None:
+    """Raise ValueError for a target id at or beyond `vocab_size` (a padded-vocab id is never a
+    token; its logprob would be -inf)."""
+    if not targets.numel():
+        return
+    largest = int(targets.max())
+    if largest >= vocab_size:
+        raise ValueError(
+            f"{caller}: input id {largest} >= tokenizer vocab size {vocab_size} (ids beyond it "
+            "are model padding); check the batch's input_ids and WorkerConfig.model.vocab_size."
+        )
+
+
 def next_token_logprobs(
     logits: torch.Tensor, input_ids: torch.Tensor, vocab_size: int, temperature: float = 1.0
 ) -> torch.Tensor:
@@ -143,12 +161,7 @@ def next_token_logprobs(
     a token; its logprob would be -inf).
     """
     targets = input_ids[:, 1:]
-    if targets.numel() and int(targets.max()) >= vocab_size:
-        raise ValueError(
-            f"next_token_logprobs: input id {int(targets.max())} >= tokenizer vocab size "
-            f"{vocab_size} (ids beyond it are model padding); check the batch's input_ids "
-            "and WorkerConfig.model.vocab_size."
-        )
+    check_targets(targets, vocab_size, "next_token_logprobs")
     # Scored at every position (the last one's target is a stand-in, dropped after): slicing
     # the [B, S, V] logits instead would copy them, and its backward zero-fill and copy them.
     padded_targets = torch.cat([targets, torch.zeros_like(input_ids[:, :1])], dim=1)

@@ -23,7 +23,13 @@ from typing import Any
 
 import torch
 
-from mcore_grpo.worker.forward import chunked_logsumexp, has_recurrent_layers, model_logits
+from mcore_grpo.worker.forward import (
+    check_targets,
+    chunked_logsumexp,
+    has_recurrent_layers,
+    model_logits,
+    token_positions,
+)
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +46,9 @@ class FlopCost:
     def of(cls, model: torch.nn.Module) -> FlopCost:
         """From the model's shape: 24 h^2 per token and layer (QKV, output projection and a
         4h MLP), 2 h V for the LM head, 4 h per score and layer (QK^T and AV)."""
-        config = gpt_module(model).config
-        layers, hidden = config.num_layers, config.hidden_size
-        vocab = int(gpt_module(model).vocab_size)
+        gpt = gpt_module(model)
+        layers, hidden = gpt.config.num_layers, gpt.config.hidden_size
+        vocab = int(gpt.vocab_size)
         return cls(
             per_token=layers * 24 * hidden * hidden + 2 * hidden * vocab,
             per_score=layers * 4 * hidden,
@@ -226,7 +232,7 @@ class SharedPrefixLayout:
         device = input_ids.device
         batch, seq = input_ids.shape
         valid = valid.bool()
-        positions = (valid.long().cumsum(dim=1) - 1).clamp(min=0)
+        positions = token_positions(valid)
         width = max(g.packed_length(ends) for g in groups)
         width = -(-width // multiple) * multiple
         packed_ids = torch.zeros(len(groups), width, dtype=input_ids.dtype, device=device)
@@ -285,12 +291,9 @@ def shared_prefix_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """[B, S-1] next-token logprobs of the [B, S] rows, forwarded as shared-prefix rows, and the
     packed logits (the schedule's output tensor). The caller checked `unsupported_reason`."""
-    if int(input_ids[:, 1:].max()) >= vocab_size:
-        raise ValueError(
-            f"shared_prefix_logprobs: input id {int(input_ids[:, 1:].max())} >= tokenizer vocab "
-            f"size {vocab_size} (ids beyond it are model padding); check the batch's input_ids."
-        )
-    groups, ends = plan_groups(input_ids, valid.bool(), FlopCost.of(model))
+    check_targets(input_ids[:, 1:], vocab_size, "shared_prefix_logprobs")
+    valid = valid.bool()
+    groups, ends = plan_groups(input_ids, valid, FlopCost.of(model))
     layout = SharedPrefixLayout.build(input_ids, valid, groups, ends, multiple)
     logits = model_logits(model, layout.input_ids, layout.positions, layout.mask)
     return layout.token_logprobs(logits, input_ids[:, 1:], vocab_size, temperature), logits
