@@ -3,7 +3,8 @@
 
 - "static_cache" (default): megatron-core's `StaticInferenceContext`, a prefill then one-token
   decode steps over the KV cache (`static_cache_sampler.py`); per-token cost independent of
-  the length generated so far.
+  the length generated so far. Rows that repeat a prompt (a GRPO group) share one prefill
+  and copies of its cache (`shared_prefill.py`).
   Models with Mamba-2 or gated delta net layers decode through their recurrent state the same
   way, prompts fed unpadded (`state_sampler.py`).
 - "recompute": re-runs the whole prefix per token (`recompute_sampler.py`); the reference the

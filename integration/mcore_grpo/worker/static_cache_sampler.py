@@ -33,6 +33,7 @@ from mcore_grpo.worker.sampling import (
     SamplingParams,
     sample_next,
 )
+from mcore_grpo.worker.shared_prefill import distinct_prompts, expand_cache
 
 
 def cache_unsupported_reason(model: torch.nn.Module) -> str | None:
@@ -63,10 +64,14 @@ def generate_static_cache(
     params: SamplingParams,
     vocab_size: int,
     generator: SamplingGenerator = None,
+    share_prefill: bool = True,
 ) -> GenerationOutput:
     """Sample up to `max_new_tokens` per row: prefill the prompt, then one-token decode steps
     over the KV cache. Same semantics (and, for the same logits, the same draws) as
-    `recompute_sampler.generate_recompute`."""
+    `recompute_sampler.generate_recompute`.
+
+    `share_prefill`: rows with the same prompt (a GRPO group) are prefilled once and share
+    its cache (`shared_prefill.py`); False prefills every row (the reference in tests)."""
     from megatron.core.inference.contexts import StaticInferenceContext
     from megatron.core.inference.utils import InferenceMode
 
@@ -76,9 +81,16 @@ def generate_static_cache(
     # InferenceMode: megatron-core materialises only the last position's logits (the static
     # context is configured with materialize_only_last_token_logits), sparing a [P, B, V]
     # output projection at prefill.
+    groups = distinct_prompts(prompt_ids, prompt_mask) if share_prefill else None
     with InferenceMode.active():
-        positions, mask = attention_inputs(rollout.mask[:, :plen])
-        logits = model_logits(model, rollout.ids[:, :plen], positions, mask, context)
+        if groups is not None and groups.shared:
+            positions, mask = attention_inputs(rollout.mask[groups.first, :plen])
+            logits = model_logits(model, rollout.ids[groups.first, :plen], positions, mask, context)
+            expand_cache(context, groups, plen)
+            logits = logits[groups.inverse]
+        else:
+            positions, mask = attention_inputs(rollout.mask[:, :plen])
+            logits = model_logits(model, rollout.ids[:, :plen], positions, mask, context)
         context.increment_sequence_len_offset(plen)
         context.enable_decode_mode()
         while not rollout.append(*sample_next(logits[:, -1, :], params, vocab_size, generator)):
