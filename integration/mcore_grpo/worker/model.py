@@ -158,10 +158,16 @@ def build_gpt(config: WorkerConfig) -> tuple[Any, torch.nn.Module]:
 def _build(config: WorkerConfig) -> tuple[Any, torch.nn.Module]:
     if config.model.hf_checkpoint is not None:
         return _build_from_hf(config)
+    from mcore_grpo.worker.shared_prefix import refuse_before_build
+
     tcfg = transformer_config(config)
+    spec = layer_spec_name(config)
+    refuse_before_build(
+        config.shared_prefix, tcfg, config.model.position_embedding_type, spec == "te"
+    )
     log.info(
         "mcore_grpo.worker: GPTModel with the %s layer spec on %s, %s",
-        layer_spec_name(config),
+        spec,
         config.device,
         config.precision,
     )
@@ -203,6 +209,7 @@ def _build_from_hf(config: WorkerConfig) -> tuple[Any, torch.nn.Module]:
     is Bridge's default (TE where installed, else local, per the patched series)."""
     from mcore_grpo.worker import hf_checkpoint
     from mcore_grpo.worker.bridge_source import import_auto_bridge
+    from mcore_grpo.worker.shared_prefix import refuse_before_build
 
     source = str(config.model.hf_checkpoint)
     hf = hf_checkpoint.read_hf_config(source)
@@ -226,8 +233,12 @@ def _build_from_hf(config: WorkerConfig) -> tuple[Any, torch.nn.Module]:
     provider.attention_dropout = 0.0
     cpu = config.device == "cpu"
     provider.use_cpu_initialization = cpu
-    without_missing_kernels(provider, cpu=cpu, te=layer_spec_name(config) == "te")
+    te = layer_spec_name(config) == "te"
+    without_missing_kernels(provider, cpu=cpu, te=te)
     provider.finalize()
+    # An explicit shared_prefix=True the checkpoint's config rules out: refused before the
+    # model is built (its layers are checked again once built).
+    refuse_before_build(config.shared_prefix, provider, provider.position_embedding_type, te)
     models = provider.provide_distributed_model(wrap_with_ddp=False, use_cpu_initialization=cpu)
     gpt = models[0]
     return gpt.config, gpt.to(config.torch_device)

@@ -67,18 +67,52 @@ def gpt_module(model: torch.nn.Module) -> Any:
     raise TypeError(f"no megatron-core language model (GPTModel) inside {type(model).__name__}")
 
 
+RECURRENT_REASON = "its Mamba / gated delta net layers carry a state along the row, across suffixes"
+RECURRENT_VARIANTS = (
+    "gdn",
+    "gdn2",
+    "gated_delta_net",
+)  # TransformerConfig.experimental_attention_variant
+RECURRENT_SYMBOLS = "MG"  # megatron-core's hybrid layer pattern: Mamba, gated delta net
+
+
 def unsupported_reason(model: torch.nn.Module) -> str | None:
     """Why shared-prefix rows would not give this model's unshared logits, or None if they do."""
     from megatron.core.transformer.dot_product_attention import DotProductAttention
-    from megatron.core.transformer.transformer_config import TransformerConfig
 
     if has_recurrent_layers(model):
-        return "its Mamba / gated delta net layers carry a state along the row, across suffixes"
+        return RECURRENT_REASON
     gpt = gpt_module(model)
-    config = gpt.config
-    kind = gpt.position_embedding_type
+    reason = config_reason(gpt.config, gpt.position_embedding_type)
+    if reason is not None:
+        return reason
+    for module in model.modules():
+        if hasattr(module, "core_attention") and not isinstance(
+            module.core_attention, DotProductAttention
+        ):
+            name = type(module.core_attention).__name__
+            return f"its attention ({name}) takes no shared-prefix mask; the local backend does"
+    return None
+
+
+def config_reason(config: Any, position_embedding_type: str) -> str | None:
+    """What in a model's config alone rules shared-prefix rows out, or None: a megatron-core
+    `TransformerConfig` or a Megatron-Bridge provider (one, with its hybrid layer pattern), so
+    an explicit request is refused before any model is built. The built model is checked again
+    (`unsupported_reason`: its layers and its attention modules)."""
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    pattern = getattr(config, "hybrid_layer_pattern", None) or getattr(
+        config, "hybrid_override_pattern", None
+    )
+    variant = getattr(config, "experimental_attention_variant", None)
+    if variant in RECURRENT_VARIANTS or any(c in (pattern or "") for c in RECURRENT_SYMBOLS):
+        return RECURRENT_REASON
+    if variant == "dsa":
+        return "its sparse attention (DSA) picks keys by its own indexer, which takes no mask"
     if getattr(config, "multi_latent_attention", False):
         return "multi-latent attention rotates inside its attention, by sequence index"
+    kind = position_embedding_type
     if kind == "rope" and "rope_from_position_ids" not in TransformerConfig.__dataclass_fields__:
         return (
             "megatron-core rotates by sequence index: apply "
@@ -89,15 +123,7 @@ def unsupported_reason(model: torch.nn.Module) -> str | None:
     if getattr(config, "window_size", None) is not None:
         return "its sliding windows count distance by index in the row"
     if getattr(config, "num_moe_experts", None):
-        moe_reason = _moe_reason(config)
-        if moe_reason is not None:
-            return moe_reason
-    for module in model.modules():
-        if hasattr(module, "core_attention") and not isinstance(
-            module.core_attention, DotProductAttention
-        ):
-            name = type(module.core_attention).__name__
-            return f"its attention ({name}) takes no shared-prefix mask; the local backend does"
+        return _moe_reason(config)
     return None
 
 
@@ -138,16 +164,34 @@ def resolve(requested: bool | None, model: torch.nn.Module) -> bool:
         enable(model)
         return True
     if requested:
-        raise ValueError(
-            f"WorkerConfig.shared_prefix=True, but shared-prefix rows would change this model's "
-            f"logits: {reason}. Set it to None (on wherever exact) or False."
-        )
+        raise _refusal(reason)
     log.warning(
         "mcore_grpo.worker: shared-prefix rows are off for this model (%s): every row is "
         "forwarded whole",
         reason,
     )
     return False
+
+
+def refuse_before_build(
+    requested: bool | None, config: Any, position_embedding_type: str, te_attention: bool
+) -> None:
+    """Raise for an explicit `shared_prefix=True` that the model's config (or its Transformer
+    Engine attention) already rules out, before the model is built; unset or False: nothing."""
+    if not requested:
+        return
+    reason = config_reason(config, position_embedding_type)
+    if reason is None and te_attention:
+        reason = "its attention (Transformer Engine's) takes no shared-prefix mask; the local backend does"
+    if reason is not None:
+        raise _refusal(reason)
+
+
+def _refusal(reason: str) -> ValueError:
+    return ValueError(
+        f"WorkerConfig.shared_prefix=True, but shared-prefix rows would change this model's "
+        f"logits: {reason}. Set it to None (on wherever exact) or False."
+    )
 
 
 def common_prefixes(input_ids: torch.Tensor, valid: torch.Tensor, ends: list[int]) -> list[int]:

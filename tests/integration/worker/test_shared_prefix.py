@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,6 +23,7 @@ from mcore_grpo.worker.shared_prefix import (
     FlopCost,
     Group,
     SharedPrefixLayout,
+    config_reason,
     enable,
     plan_groups,
     resolve,
@@ -222,6 +225,45 @@ def test_an_explicit_request_the_config_rules_out_is_refused_before_any_build() 
     with pytest.raises(ValueError, match=r"shared_prefix=True with model.moe's auxiliary loss"):
         explicit.validate()
     config.validate()  # unset: the build decides, and falls back
+
+
+def test_the_config_alone_names_what_rules_it_out() -> None:
+    """Before any build: a Bridge provider's or TransformerConfig's fields, as `getattr` sees
+    them (a provider is a TransformerConfig subclass with its hybrid layer pattern)."""
+
+    def reason(kind: str = "rope", **fields: Any) -> str:
+        return str(config_reason(SimpleNamespace(**fields), kind))
+
+    assert config_reason(SimpleNamespace(), "rope") is None
+    assert config_reason(SimpleNamespace(), "learned_absolute") is None
+    assert "Mamba / gated delta net" in reason(hybrid_layer_pattern="M*M-")
+    assert "Mamba / gated delta net" in reason(hybrid_override_pattern="G*-")
+    assert config_reason(SimpleNamespace(hybrid_layer_pattern="*-*E"), "rope") is None
+    assert "Mamba / gated delta net" in reason(experimental_attention_variant="gated_delta_net")
+    assert "sparse attention (DSA)" in reason(experimental_attention_variant="dsa")
+    assert "multi-latent attention" in reason(multi_latent_attention=True)
+    assert "sliding windows" in reason(window_size=(4, 0))
+    assert "'yarn' is not taken" in reason("yarn")
+    assert "moe_aux_loss_coeff=0.01" in reason(num_moe_experts=4, moe_aux_loss_coeff=0.01)
+    assert config_reason(SimpleNamespace(num_moe_experts=4, moe_aux_loss_coeff=0.0), "rope") is None
+
+
+def test_an_hf_checkpoint_the_config_rules_out_is_refused_before_the_model_is_built(
+    tp1: None, tmp_path: Path
+) -> None:
+    """Gemma 3 (sliding windows) through Bridge with `shared_prefix=True`: refused from the
+    provider's config, before `provide_distributed_model` builds anything."""
+    from mcore_grpo.models import families
+
+    checkpoint = tmp_path / "gemma3"
+    families.write_checkpoint(checkpoint, "Gemma3ForCausalLM")
+    config = WorkerConfig(
+        device="cpu", model=ModelConfig(hf_checkpoint=str(checkpoint)), shared_prefix=True
+    )
+    with pytest.raises(ValueError, match=r"shared_prefix=True, but .*sliding windows") as caught:
+        build_gpt(config)
+    frames = [entry.name for entry in caught.traceback]
+    assert "refuse_before_build" in frames and "provide_distributed_model" not in frames
 
 
 def test_models_it_applies_to(tp1: None, device: str) -> None:
