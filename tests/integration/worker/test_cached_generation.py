@@ -78,21 +78,6 @@ def _assert_same(a: GenerationOutput, b: GenerationOutput, temperature: float = 
     assert float((a.logprobs - b.logprobs).abs().max()) * temperature <= 1e-5
 
 
-@pytest.fixture(scope="module")
-def rope_model(world1: None) -> torch.nn.Module:
-    """The same tiny GPT with rope positions (the cpu-count-on preset's kind)."""
-    cfg = dataclasses.replace(
-        tiny_config(overlap=False),
-        model=ModelConfig(
-            vocab_size=REAL, padded_vocab_size_override=VOCAB, position_embedding_type="rope"
-        ),
-    )
-    worker = make_worker(cfg)
-    worker.prepare_for_generation()
-    worker.policy.ddp.eval()
-    return worker.policy.ddp
-
-
 def test_rope_cached_equals_recompute(rope_model: torch.nn.Module) -> None:
     """With rope the cache holds rotated keys (patches/Megatron-LM
     cache-rotated-keys-in-static-batching-inference.patch); greedy tokens and logprobs are

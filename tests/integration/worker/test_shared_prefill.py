@@ -9,37 +9,21 @@ of unequal lengths whose repeats are not adjacent in the batch.
 
 from __future__ import annotations
 
-import dataclasses
 from types import SimpleNamespace
 
 import pytest
 import torch
-from mcore_grpo.worker.config import ModelConfig
 from mcore_grpo.worker.cpu import cpu_device
 from mcore_grpo.worker.recompute_sampler import generate_recompute
 from mcore_grpo.worker.sampling import GenerationOutput, SamplingParams
 from mcore_grpo.worker.shared_prefill import PromptGroups, distinct_prompts, expand_cache
 from mcore_grpo.worker.static_cache_sampler import generate_static_cache
 
-from tests.integration.worker.harness import VOCAB, make_worker, prompts, seeded, tiny_config
+from tests.integration.worker.harness import VOCAB, prompts, seeded
 from tests.support.device import TEST_DEVICE
 
 REAL = VOCAB - 8
 GREEDY = 1e-4
-
-
-@pytest.fixture(scope="module")
-def rope_model(world1: None) -> torch.nn.Module:
-    cfg = dataclasses.replace(
-        tiny_config(overlap=False),
-        model=ModelConfig(
-            vocab_size=REAL, padded_vocab_size_override=VOCAB, position_embedding_type="rope"
-        ),
-    )
-    worker = make_worker(cfg)
-    worker.prepare_for_generation()
-    worker.policy.ddp.eval()
-    return worker.policy.ddp
 
 
 def _groups_batch() -> tuple[torch.Tensor, torch.Tensor]:
