@@ -68,11 +68,8 @@ def gpt_module(model: torch.nn.Module) -> Any:
 
 
 RECURRENT_REASON = "its Mamba / gated delta net layers carry a state along the row, across suffixes"
-RECURRENT_VARIANTS = (
-    "gdn",
-    "gdn2",
-    "gated_delta_net",
-)  # TransformerConfig.experimental_attention_variant
+# TransformerConfig.experimental_attention_variant values with a recurrent layer
+RECURRENT_VARIANTS = ("gdn", "gdn2", "gated_delta_net")
 RECURRENT_SYMBOLS = "MG"  # megatron-core's hybrid layer pattern: Mamba, gated delta net
 
 
@@ -90,9 +87,12 @@ def unsupported_reason(model: torch.nn.Module) -> str | None:
         if hasattr(module, "core_attention") and not isinstance(
             module.core_attention, DotProductAttention
         ):
-            name = type(module.core_attention).__name__
-            return f"its attention ({name}) takes no shared-prefix mask; the local backend does"
+            return _attention_reason(type(module.core_attention).__name__)
     return None
+
+
+def _attention_reason(name: str) -> str:
+    return f"its attention ({name}) takes no shared-prefix mask; the local backend does"
 
 
 def config_reason(config: Any, position_embedding_type: str) -> str | None:
@@ -182,7 +182,7 @@ def refuse_before_build(
         return
     reason = config_reason(config, position_embedding_type)
     if reason is None and te_attention:
-        reason = "its attention (Transformer Engine's) takes no shared-prefix mask; the local backend does"
+        reason = _attention_reason("Transformer Engine's")
     if reason is not None:
         raise _refusal(reason)
 

@@ -78,19 +78,18 @@ def generate_static_cache(
     rollout = Rollout(prompt_ids, prompt_mask, params)
     batch, plen = prompt_ids.shape
     context = StaticInferenceContext(batch, plen + params.max_new_tokens)
+    groups = distinct_prompts(prompt_ids, prompt_mask) if share_prefill else None
+    shared = groups if groups is not None and groups.shared else None
+    rows = shared.first if shared is not None else slice(None)
     # InferenceMode: megatron-core materialises only the last position's logits (the static
     # context is configured with materialize_only_last_token_logits), sparing a [P, B, V]
     # output projection at prefill.
-    groups = distinct_prompts(prompt_ids, prompt_mask) if share_prefill else None
     with InferenceMode.active():
-        if groups is not None and groups.shared:
-            positions, mask = attention_inputs(rollout.mask[groups.first, :plen])
-            logits = model_logits(model, rollout.ids[groups.first, :plen], positions, mask, context)
-            expand_cache(context, groups, plen)
-            logits = logits[groups.inverse]
-        else:
-            positions, mask = attention_inputs(rollout.mask[:, :plen])
-            logits = model_logits(model, rollout.ids[:, :plen], positions, mask, context)
+        positions, mask = attention_inputs(rollout.mask[rows, :plen])
+        logits = model_logits(model, rollout.ids[rows, :plen], positions, mask, context)
+        if shared is not None:
+            expand_cache(context, shared, plen)
+            logits = logits[shared.inverse]
         context.increment_sequence_len_offset(plen)
         context.enable_decode_mode()
         while not rollout.append(*sample_next(logits[:, -1, :], params, vocab_size, generator)):

@@ -8,9 +8,7 @@ import pytest
 import torch
 from mcore_grpo.worker.config import ModelConfig
 
-from tests.integration.worker.harness import VOCAB, make_worker, tiny_config
-
-REAL_VOCAB = VOCAB - 8  # the tokenizer's ids; the rest is padded vocabulary, never sampled
+from tests.integration.worker.harness import REAL_VOCAB, VOCAB, make_worker, tiny_config
 
 
 @pytest.fixture(scope="module")

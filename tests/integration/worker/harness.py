@@ -27,11 +27,14 @@ from mcore_grpo.worker.forward import next_token_logprobs, policy_logits
 from mcore_grpo.worker.model import build_gpt
 from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 from mcore_grpo.worker.reference import _load_in_place
+from mcore_grpo.worker.sampling import GenerationOutput
 
 from tests.support import warm_spawn
 from tests.support.device import MULTI_RANK_CPU, TEST_DEVICE
 
 VOCAB = 64
+REAL_VOCAB = VOCAB - 8  # the tokenizer's ids; the rest is padded vocabulary, never sampled
+GREEDY = 1e-4  # temperature: softmax of logits / 1e-4 is one-hot on the argmax
 SEQ = 10
 
 
@@ -325,3 +328,19 @@ def prompts(
     lengths = torch.tensor([length - (i % (length - 1)) for i in range(rows)])
     mask = (torch.arange(length)[None, :] >= (length - lengths)[:, None]).long()
     return ids * mask, mask
+
+
+def assert_same_generation(
+    a: GenerationOutput, b: GenerationOutput, temperature: float = 1.0
+) -> None:
+    """Same tokens, masks and lengths; logprobs within 1e-5 at the logit scale.
+
+    The logprobs are of logits / temperature, so an fp32 rounding difference e between the two
+    paths' logits shows as e / temperature (x 1e4 at GREEDY): comparing at the logit scale
+    keeps the bound's meaning independent of the CPU's matmul kernels.
+    """
+    assert torch.equal(a.output_ids, b.output_ids)
+    assert torch.equal(a.attention_mask, b.attention_mask)
+    assert torch.equal(a.generated_mask, b.generated_mask)
+    assert torch.equal(a.generation_lengths, b.generation_lengths)
+    assert float((a.logprobs - b.logprobs).abs().max()) * temperature <= 1e-5

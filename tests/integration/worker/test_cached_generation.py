@@ -22,11 +22,10 @@ from mcore_grpo.worker.generation import (
     resolve_backend,
 )
 
-from tests.integration.worker.harness import VOCAB, make_worker, prompts, tiny_config
+from tests.integration.worker.harness import GREEDY, VOCAB, make_worker, prompts, tiny_config
+from tests.integration.worker.harness import REAL_VOCAB as REAL
+from tests.integration.worker.harness import assert_same_generation as _assert_same
 from tests.support.device import TEST_DEVICE
-
-REAL = VOCAB - 8
-GREEDY = 1e-4  # temperature: softmax of logits / 1e-4 is one-hot on the argmax
 
 
 @pytest.fixture(scope="module")
@@ -62,20 +61,6 @@ def _fresh_logprobs(
     with cpu_device(TEST_DEVICE), torch.no_grad():
         logits = policy_logits(model, ids, out.attention_mask)[..., :REAL] / temperature
     return torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
-
-
-def _assert_same(a: GenerationOutput, b: GenerationOutput, temperature: float = 1.0) -> None:
-    """Same tokens and masks; logprobs within 1e-5 at the logit scale.
-
-    The logprobs are of logits / temperature, so an fp32 rounding difference e between the two
-    paths' logits shows as e / temperature (x 1e4 at GREEDY): comparing at the logit scale
-    keeps the bound's meaning independent of the CPU's matmul kernels.
-    """
-    assert torch.equal(a.output_ids, b.output_ids)
-    assert torch.equal(a.attention_mask, b.attention_mask)
-    assert torch.equal(a.generated_mask, b.generated_mask)
-    assert torch.equal(a.generation_lengths, b.generation_lengths)
-    assert float((a.logprobs - b.logprobs).abs().max()) * temperature <= 1e-5
 
 
 def test_rope_cached_equals_recompute(rope_model: torch.nn.Module) -> None:

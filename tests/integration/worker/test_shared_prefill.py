@@ -19,11 +19,10 @@ from mcore_grpo.worker.sampling import GenerationOutput, SamplingParams
 from mcore_grpo.worker.shared_prefill import PromptGroups, distinct_prompts, expand_cache
 from mcore_grpo.worker.static_cache_sampler import generate_static_cache
 
-from tests.integration.worker.harness import VOCAB, prompts, seeded
+from tests.integration.worker.harness import GREEDY, prompts, seeded
+from tests.integration.worker.harness import REAL_VOCAB as REAL
+from tests.integration.worker.harness import assert_same_generation as _assert_same
 from tests.support.device import TEST_DEVICE
-
-REAL = VOCAB - 8
-GREEDY = 1e-4
 
 
 def _groups_batch() -> tuple[torch.Tensor, torch.Tensor]:
@@ -53,13 +52,6 @@ def _sample(
             seeded(seed),
             share_prefill=share_prefill,
         )
-
-
-def _assert_same(a: GenerationOutput, b: GenerationOutput, temperature: float = 1.0) -> None:
-    assert torch.equal(a.output_ids, b.output_ids)
-    assert torch.equal(a.attention_mask, b.attention_mask)
-    assert torch.equal(a.generated_mask, b.generated_mask)
-    assert float((a.logprobs - b.logprobs).abs().max()) * temperature <= 1e-5
 
 
 def test_distinct_prompts_groups_by_real_tokens_and_mask() -> None:
