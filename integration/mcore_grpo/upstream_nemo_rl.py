@@ -27,6 +27,14 @@ registers. NeMo-RL's own switch, `NEMO_RL_PY_EXECUTABLES_SYSTEM=1`, moves only t
 vLLM/SGLang/Megatron/TRT-LLM actors; the plugin points every `PY_EXECUTABLES` entry and every
 registered actor at the running interpreter.
 
+A placement group the private cluster cannot hold (a test asking for GPUs on this CPU machine)
+fails with NeMo-RL's `ResourceInsufficientError` after `NRL_VIRTUAL_CLUSTER_MAX_RETRIES` tries
+(default 6) spaced 1, 2, 4, ... 32 s: a 63 s wait per such test for nodes that never join a
+local cluster whose resources are fixed at start (83.5 s -> 21.9 s for
+`test_reward_model_environment_preprocess_data[1]`, once per gate tree). The plugin sets that
+knob, NeMo-RL's own, to 1 unless the caller set it: the test fails with the same error, without
+the wait.
+
 Also: nemo_automodel 0.4.0's `lora_kernel` module raises at import under Triton 3.9 (this
 environment; NeMo-RL's CI has 3.8), which fails every NeMo-RL module that imports automodel. It
 is imported first on its own no-Triton path, as our NeMo-RL driver does
@@ -47,6 +55,8 @@ import pytest
 from mcore_grpo.nemo_rl_driver.automodel_compat import prepare_automodel
 
 START_ATTEMPTS = 3
+PLACEMENT_RETRIES_VAR = "NRL_VIRTUAL_CLUSTER_MAX_RETRIES"
+PLACEMENT_RETRIES = "1"  # a private local cluster gains no nodes: one try says it all
 SETUP_HOOK = "mcore_grpo.nemo_rl_driver.automodel_compat.prepare_automodel"
 _MARK = "_mcore_grpo_private_cluster"
 
@@ -108,8 +118,15 @@ def actors_on_this_interpreter() -> None:
         registry.ACTOR_ENVIRONMENT_REGISTRY[actor] = system
 
 
+def placement_fails_fast() -> None:
+    """One placement-group try per request, unless the caller chose; called before any cluster
+    starts, so its raylet and every actor inherit it."""
+    os.environ.setdefault(PLACEMENT_RETRIES_VAR, PLACEMENT_RETRIES)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    placement_fails_fast()
     prepare_automodel()
     actors_on_this_interpreter()
     import ray
@@ -120,6 +137,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> str:
     return (
-        "upstream-nemo-rl: a private Ray cluster per session (no dashboard), "
+        "upstream-nemo-rl: a private Ray cluster per session (no dashboard, "
+        f"{PLACEMENT_RETRIES_VAR}={os.environ.get(PLACEMENT_RETRIES_VAR)}), "
         "nemo_automodel's lora_kernel on its torch path"
     )

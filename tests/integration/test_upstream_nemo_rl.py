@@ -11,7 +11,13 @@ from typing import Any
 
 import pytest
 from mcore_grpo.nemo_rl_driver import source
-from mcore_grpo.upstream_nemo_rl import SETUP_HOOK, START_ATTEMPTS, private_ray_init
+from mcore_grpo.upstream_nemo_rl import (
+    PLACEMENT_RETRIES_VAR,
+    SETUP_HOOK,
+    START_ATTEMPTS,
+    placement_fails_fast,
+    private_ray_init,
+)
 
 
 class RecordingInit:
@@ -111,3 +117,49 @@ def test_every_nemo_rl_actor_runs_on_this_interpreter() -> None:
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "ACTORS OK" in run.stdout
+
+
+def _placement_tries(monkeypatch: pytest.MonkeyPatch) -> tuple[int, list[float], str]:
+    """NeMo-RL's own retry loop (`RayVirtualCluster._init_placement_groups`) against a cluster
+    that never holds the request: how often it tried, what it slept, what it raised."""
+    from nemo_rl.distributed import virtual_cluster
+
+    tries: list[int] = []
+    slept: list[float] = []
+
+    def never_fits(*_: Any) -> list[Any]:
+        tries.append(1)
+        raise virtual_cluster.ResourceInsufficientError("needs 1 GPU, the cluster has 0")
+
+    cluster = object.__new__(virtual_cluster.RayVirtualCluster)
+    cluster._node_placement_groups = None
+    cluster.placement_group_strategy = "SPREAD"
+    monkeypatch.setattr(cluster, "_create_placement_groups_internal", never_fits)
+    monkeypatch.setattr(virtual_cluster.time, "sleep", slept.append)
+    with pytest.raises(virtual_cluster.ResourceInsufficientError) as raised:
+        cluster._init_placement_groups()
+    return len(tries), slept, str(raised.value)
+
+
+@pytest.mark.nemo_rl
+@pytest.mark.skipif(
+    not source.is_available(), reason=f"NeMo-RL is not installed (no {source.CHECKOUT})"
+)
+def test_a_placement_the_cluster_cannot_hold_fails_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Unset, NeMo-RL tries 6 times and sleeps 63 s before the same error; with the plugin's
+    setting it tries once; a value the caller set is kept."""
+    monkeypatch.delenv(PLACEMENT_RETRIES_VAR, raising=False)
+    tries, slept, error = _placement_tries(monkeypatch)
+    assert (tries, sum(slept)) == (6, 63)
+    assert "Maximum number of retries reached (6)" in error
+
+    placement_fails_fast()
+    tries, slept, error = _placement_tries(monkeypatch)
+    assert (tries, sum(slept)) == (1, 1)
+    assert "Maximum number of retries reached (1)" in error
+
+    monkeypatch.setenv(PLACEMENT_RETRIES_VAR, "3")
+    placement_fails_fast()
+    assert _placement_tries(monkeypatch)[0] == 3
