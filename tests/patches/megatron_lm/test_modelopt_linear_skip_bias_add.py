@@ -13,6 +13,8 @@ The oracle is `torch.nn.functional.linear` with the same weight and bias.
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import torch
 
 HIDDEN, INPUT = 16, 8
@@ -34,18 +36,20 @@ def test_affine_projector_on_the_local_linear_keeps_each_row(mcore_device: str) 
     linear = LocalSpecProvider().linear()
     projector = MultimodalProjector(
         config=config,
-        submodules=MLPSubmodules(linear_fc1=linear, linear_fc2=None),
+        # An affine projector has no second linear, as megatron-core's own projector test builds it.
+        submodules=MLPSubmodules(linear_fc1=linear, linear_fc2=None),  # pyrefly: ignore[bad-argument-type]
         projector_type="affine",
         input_size=INPUT,
     ).to(mcore_device)
+    encoder = cast(Any, projector.encoder)  # the local Linear (a torch.nn.Linear)
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
-        projector.encoder.bias.copy_(torch.randn(HIDDEN, generator=g))
+        encoder.bias.copy_(torch.randn(HIDDEN, generator=g))
     for rows in (2, 3):
         x = torch.randn(rows, INPUT, generator=g).to(mcore_device)
 
         out = projector(x)
 
-        expected = torch.nn.functional.linear(x, projector.encoder.weight, projector.encoder.bias)
+        expected = torch.nn.functional.linear(x, encoder.weight, encoder.bias)
         assert out.shape == (rows, HIDDEN)
         torch.testing.assert_close(out, expected)
