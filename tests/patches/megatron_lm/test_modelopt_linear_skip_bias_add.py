@@ -6,7 +6,7 @@ It stands in for the parallel linears, whose contract is `(output, bias)` with `
 leaving the bias out of the output. Built with `skip_bias_add=True` and a bias, it returned the
 biased output alone, a tensor where every caller unpacks a pair: a multimodal projector of type
 "affine" on it unpacked the output's first dimension, so two image embeddings came back as one
-vector (their sum, plus the bias), and any other length raised "too many values to unpack".
+vector (the two biased rows added), and any other length raised "too many values to unpack".
 
 The oracle is `torch.nn.functional.linear` with the same weight and bias.
 """
