@@ -214,3 +214,43 @@ def test_a_port_is_measured_on_the_same_main_and_again_when_it_changes(
     assert main(["--root", str(root), "report"]) == 0  # a changed port loses its measurement
     assert previous(root / "docs/patches.json")[("Up", "fix.patch")].head == "not measured"
     assert measured()["port"] == "port does not apply"
+
+
+def test_the_feeder_branch_column_names_the_commit_that_moved_the_lines(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An upstream whose manifest names a `feeder` gets a column for it: the series replayed
+    there, and where a patch conflicts, the branch's commit that rewrote the line it needs.
+    `--check` with a mirror holding that branch wants the column measured on its commit."""
+    _no_gh(tmp_path, monkeypatch)
+    up = tmp_path / "up"
+    run(["checkout", "-q", "-b", "dev", "v1"], up)
+    rewritten = numbered(30)
+    rewritten[20] = "dev rewrote 21"
+    moved = commit(up, "dev rewrites line 21", {"lib.py": rewritten})
+    run(["checkout", "-q", "main"], up)
+    manifest = root / "patches/upstreams.toml"
+    manifest.write_text(manifest.read_text() + 'feeder = "dev"\n')
+    assert main(["--root", str(root), "report"]) == 0
+    assert "| dev: not measured |" in (root / "docs/patches.md").read_text()
+
+    assert main(["--root", str(root), "report", "--measure"]) == 0
+    m = previous(root / "docs/patches.json")[("Up", "fix.patch")]
+    assert (m.head, m.feeder, m.feeder_commit) == ("offset", "conflict", moved)
+    assert (
+        m.feeder_cause.startswith(f"moved by {moved[:12]} (")
+        and "dev rewrites line 21" in m.feeder_cause
+    )
+    page = (root / "docs/patches.md").read_text()
+    assert f"| dev: conflict ({moved[:12]}, {m.feeder_measured}): moved by {moved[:12]}" in page
+
+    mirror = tmp_path / "mirror"
+    run(["clone", "-q", "--bare", str(up), str(mirror / "Up.git")], tmp_path)
+    check = ["--root", str(root), "report", "--check", "--mirror-dir", str(mirror)]
+    assert main(check) == 0
+    run(["checkout", "-q", "dev"], up)
+    newer = commit(up, "dev moves on", {"other.py": ["y"]})
+    run(["push", "-q", str(mirror / "Up.git"), "dev"], up)
+    capsys.readouterr()
+    assert main(check) == 1
+    assert f"Up: 1 of 1 patches not measured on its dev ({newer[:12]})" in capsys.readouterr().err

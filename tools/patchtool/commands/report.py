@@ -1,9 +1,10 @@
 """`tools/patches report [--measure [--tripwires]] [--check] [--json]`: the patch status page,
 docs/patches.md and docs/patches.json (status_page/). `--measure` asks the outside world (the
-upstream's main through the rebase engine, `gh` for PR states); without it, the committed
-page's measurements are kept for byte-identical patches. `--check` writes nothing and exits 1
-when the committed page is not what `report` would write, or when an offline mirror
-(`--mirror-dir`) holds an upstream's `main` and the page is not measured on that commit.
+upstream's main, and its feeder branch where the manifest names one, through the rebase
+engine; `gh` for PR states); without it, the committed page's measurements are kept for
+byte-identical patches. `--check` writes nothing and exits 1 when the committed page is not
+what `report` would write, or when an offline mirror (`--mirror-dir`) holds an upstream's
+`main` (or feeder branch) and the page is not measured on that commit.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from ..core.git import git_text
 from ..core.manifest import Upstream, load_manifest
 from ..errors import ExitCode, PatchToolError
 from ..rebase.bases import GIT
+from ..rebase.feeder import FeederResult
 from ..rebase.flow import run_rebase
 from ..rebase.port import port_applies
 from ..rebase.result import PatchResult
+from ..rebase.scratch import remove_scratch
 from ..source.mirror import mirror_repo
 from ..status_page.live import (
     PORT_APPLIES,
@@ -30,6 +33,7 @@ from ..status_page.live import (
     UNKNOWN,
     VERDICTS,
     Measurement,
+    feeder_gaps,
     kept_tripwire,
     measurement_gaps,
     pr_state,
@@ -70,6 +74,7 @@ def _run(args: argparse.Namespace) -> int:
                 "since it was generated); run tools/patches report and commit the result"
             )
         gaps = measurement_gaps(rows, live, _mirror_heads(root, args.branch), args.branch)
+        gaps += feeder_gaps(rows, live, _mirror_feeders(root))
         if gaps:
             raise PatchToolError(
                 f"{PAGE} is not measured on the {args.branch} the offline mirror holds: "
@@ -102,6 +107,17 @@ def _mirror_heads(root: Path, branch: str) -> dict[str, str]:
     return heads
 
 
+def _mirror_feeders(root: Path) -> dict[str, tuple[str, str]]:
+    """upstream -> (feeder branch, its commit) in this run's offline mirror, where it has it."""
+    out = {}
+    for up in load_manifest(root).upstreams.values():
+        if up.feeder:
+            commit = _mirror_heads(root, up.feeder).get(up.name, "")
+            if commit:
+                out[up.name] = (up.feeder, commit)
+    return out
+
+
 def _measure(
     root: Path,
     upstreams: list[Upstream],
@@ -131,6 +147,7 @@ def _measure(
                 _keeps(up.name, f"{UNKNOWN} ({exc})")
                 unreachable.add(up.name)
                 continue
+        remove_scratch(Path(result.scratch))  # a conflict keeps it for a hand finish: not here
         if not result.new.resolved_from.endswith("(now)"):  # a local ref: maybe years old
             _keeps(up.name, f"{args.branch} only from {result.new.resolved_from}")
             unreachable.add(up.name)
@@ -138,7 +155,7 @@ def _measure(
         for res in result.patches:
             heads[(up.name, res.name)] = (res, result.new.upstream_commit)
     by_name = {up.name: up for up in upstreams}
-    return [
+    measured = [
         m
         if row.upstream in unreachable
         else _with_port(
@@ -146,6 +163,48 @@ def _measure(
         )
         for row, m in zip(rows, live, strict=True)
     ]
+    feeders = {
+        up.name: on_feeder for up in upstreams if up.feeder and (on_feeder := _on_feeder(root, up))
+    }
+    return [
+        _with_feeder(row, m, feeders[row.upstream], today) if row.upstream in feeders else m
+        for row, m in zip(rows, measured, strict=True)
+    ]
+
+
+def _on_feeder(root: Path, up: Upstream) -> FeederResult | None:
+    """The series replayed on `up`'s feeder branch, with each conflict's causes; None (rows
+    keep their last feeder measurement) when the branch cannot be read now."""
+    print(f"report: {up.name}: replaying the series on {up.feeder}", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="patches-report-") as tmp:
+        try:
+            result, _, _ = run_rebase(
+                root, up.name, up.feeder, dry_run=True, mode=GIT,
+                report_path=Path(tmp) / "report.md",
+            )  # fmt: skip
+        except PatchToolError as exc:
+            _keeps(up.name, f"{up.feeder}: {UNKNOWN} ({exc})")
+            return None
+    scratch = Path(result.scratch)  # holds the pin and the branch: where causes are looked up
+    try:
+        if not result.new.resolved_from.endswith("(now)"):
+            _keeps(up.name, f"{up.feeder} only from {result.new.resolved_from}")
+            return None
+        return FeederResult.of(root, up, result.patches, result.new.upstream_commit, [scratch])
+    finally:
+        remove_scratch(scratch)
+
+
+def _with_feeder(row: PatchRow, m: Measurement, on: FeederResult, today: str) -> Measurement:
+    res = on.patches.get(row.name)
+    return replace(
+        m,
+        feeder=res.classification if res is not None else UNKNOWN,
+        feeder_commit=on.commit,
+        feeder_measured=today,
+        feeder_cause="; ".join(c.text() for c in on.causes.get(row.name, [])),
+        sha256=row.sha256,
+    )
 
 
 def _with_port(root: Path, up: Upstream, row: PatchRow, m: Measurement) -> Measurement:

@@ -44,6 +44,10 @@ class Upstream:
     standin: Standin | None
     line: int = 0  # line of the [name] table header
     commit_line: int = 0  # line of `commit = ...`
+    # The branch features land on before `main` (Megatron-LM's `dev`), "" when none: the status
+    # page says how the series applies there too. Out of repr (the apply digest): it never
+    # changes what is applied.
+    feeder: str = field(default="", repr=False)
 
     @property
     def series_dir(self) -> Path:
@@ -144,6 +148,7 @@ def load_manifest(root: Path) -> Manifest:
             standin=_parse_standin(table.get("standin"), where),
             line=lines.get(name, (0, 0))[0],
             commit_line=lines.get(name, (0, 0))[1],
+            feeder=str(table.get("feeder", "")),
         )
     return manifest
 
@@ -159,6 +164,8 @@ def dumps(manifest: Manifest) -> str:
         out.append(f"[{up.name}]")
         for key in ("path", "url", "tag", "commit", "distribution"):
             out.append(f"{key} = {_toml_str(getattr(up, key))}")
+        if up.feeder:
+            out.append(f"feeder = {_toml_str(up.feeder)}")
         out.append("")
         if up.standin:
             s = up.standin

@@ -33,6 +33,13 @@ class Measurement:
     tripwire_measured: str = ""  # YYYY-MM-DD the tripwire verdict was last measured
     port: str = ""  # PORT_APPLIES / PORT_FAILS on the same head; "" when the patch has no port
     port_sha256: str = ""  # the port file measured (a changed port is measured again)
+    # How the patch applies on its upstream's feeder branch (manifest `feeder`, e.g.
+    # Megatron-LM's dev), "" when never measured there; where it conflicts, the commits that
+    # moved its lines (rebase/conflict_cause.py), "; "-joined.
+    feeder: str = ""
+    feeder_commit: str = ""
+    feeder_measured: str = ""  # YYYY-MM-DD
+    feeder_cause: str = ""
 
 
 def previous(json_path: Path) -> dict[tuple[str, str], Measurement]:
@@ -78,6 +85,23 @@ def measurement_gaps(
         elif elsewhere:
             gaps.append(
                 f"{upstream}: measured on {', '.join(elsewhere)}, but its {branch} is at {head[:12]}"
+            )
+    return gaps
+
+
+def feeder_gaps(
+    rows: list[PatchRow], live: list[Measurement], heads: dict[str, tuple[str, str]]
+) -> list[str]:
+    """Why the page is not measured on the feeder branches at hand (upstream -> (branch, the
+    commit it is at)): a row never measured there, or measured on another commit."""
+    gaps = []
+    for upstream, (branch, head) in heads.items():
+        mine = [m for r, m in zip(rows, live, strict=True) if r.upstream == upstream]
+        off = [m for m in mine if m.feeder_commit[:12] != head[:12]]
+        if off:
+            gaps.append(
+                f"{upstream}: {len(off)} of {len(mine)} patches not measured on its {branch} "
+                f"({head[:12]})"
             )
     return gaps
 

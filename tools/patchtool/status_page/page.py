@@ -24,7 +24,8 @@ def current_rows(root: Path) -> tuple[list[PatchRow], list[Measurement]]:
 
 def render(rows: list[PatchRow], live: list[Measurement], root: Path) -> dict[Path, str]:
     """The page's files; `root` for the upstream-test record the page also shows."""
-    return {PAGE: markdown(rows, live, root), DOCUMENT: json_document(rows, live)}
+    feeders = {up.name: up.feeder for up in load_manifest(root).upstreams.values() if up.feeder}
+    return {PAGE: markdown(rows, live, root, feeders), DOCUMENT: json_document(rows, live)}
 
 
 def stale(root: Path, texts: dict[Path, str]) -> list[Path]:

@@ -6,7 +6,7 @@ import json
 from datetime import date
 from pathlib import Path
 
-from .live import Measurement, to_json
+from .live import NOT_MEASURED, Measurement, to_json
 from .rows import PatchRow
 from .upstream_tests import section
 
@@ -21,8 +21,13 @@ the one it ran on; an upstream that cannot be reached keeps its rows' last measu
 "upstream head" is how the patch applies to the upstream's `main` (the rebase engine's
 classes), and for a patch with a port onto `main` (`patches/<Upstream>/main/`, what `open-pr`
 opens there) whether the port applies; "tripwire" is its `Test:` run there without the patch
-(fails = the bug is still there). Each cell says the date it was measured.
+(fails = the bug is still there). "feeder branch" is how the patch applies to the branch the
+upstream lands features on before `main` (`feeder` in patches/upstreams.toml: Megatron-LM's
+`dev`), the likeliest next conflicts on main; where it conflicts, the upstream commits that
+changed the lines it needs ("moved by": only the branch has them; "lacks": only our pin has them,
+the branch was not yet merged from main). Each cell says the date it was measured.
 """
+MAX_CAUSES = 2  # commits named per cell; the JSON document keeps them all
 
 
 def as_of(rows: list[PatchRow], live: list[Measurement]) -> str:
@@ -43,13 +48,31 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def markdown(rows: list[PatchRow], live: list[Measurement], root: Path | None = None) -> str:
+def feeder_cell(branch: str, m: Measurement) -> str:
+    """How the patch applies on its upstream's feeder `branch` ("" when it has none)."""
+    if not branch:
+        return "no feeder branch"
+    if not m.feeder:
+        return f"{branch}: {NOT_MEASURED}"
+    causes = [c for c in m.feeder_cause.split("; ") if c]
+    more = f"; {len(causes) - MAX_CAUSES} more" if len(causes) > MAX_CAUSES else ""
+    why = f": {'; '.join(causes[:MAX_CAUSES])}{more}" if causes else ""
+    return f"{branch}: {m.feeder} ({m.feeder_commit[:12]}, {m.feeder_measured}){why}"
+
+
+def markdown(
+    rows: list[PatchRow],
+    live: list[Measurement],
+    root: Path | None = None,
+    feeders: dict[str, str] | None = None,
+) -> str:
     today = as_of(rows, live)
+    feeders = feeders or {}
     out = [HEADER, f"As of {today or 'never measured'}: {len(rows)} patches carried.", ""]
     out += [
         "| upstream | patch | subject | carried since | age (days) | lines | Upstream-Status "
-        "| PR | PR state | upstream head | tripwire |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| PR | PR state | upstream head | tripwire | feeder branch |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row, m in zip(rows, live, strict=True):
         pr = (
@@ -71,6 +94,7 @@ def markdown(rows: list[PatchRow], live: list[Measurement], root: Path | None = 
             m.pr_state,
             head,
             m.tripwire + (f" ({m.tripwire_measured})" if m.tripwire_measured else ""),
+            _cell(feeder_cell(feeders.get(row.upstream, ""), m)),
         ]
         out.append("| " + " | ".join(cells) + " |")
     if root is not None:
