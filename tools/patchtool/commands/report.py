@@ -40,6 +40,7 @@ from ..status_page.live import (
 )
 from ..status_page.page import DOCUMENT, PAGE, current_rows, render, stale, write
 from ..status_page.rows import PatchRow
+from ..status_page.upstream_tests import main_record_gaps
 from ..verify.pytest_run import venv_python
 from ..verify.tripwire import tripwire_hook
 
@@ -73,13 +74,18 @@ def _run(args: argparse.Namespace) -> int:
                 f"{', '.join(p.as_posix() for p in behind)} not current (the series changed "
                 "since it was generated); run tools/patches report and commit the result"
             )
-        gaps = measurement_gaps(rows, live, _mirror_heads(root, args.branch), args.branch)
+        heads = _mirror_heads(root, args.branch)
+        gaps = measurement_gaps(rows, live, heads, args.branch)
         gaps += feeder_gaps(rows, live, _mirror_feeders(root))
+        gaps += main_record_gaps(
+            root, [(r.upstream, r.name, r.sha256, r.port_sha256) for r in rows], heads
+        )
         if gaps:
             raise PatchToolError(
                 f"{PAGE} is not measured on the {args.branch} the offline mirror holds: "
-                f"{'; '.join(gaps)}; run tools/patches report --measure (with that mirror) "
-                "and commit the result"
+                f"{'; '.join(gaps)}; run tools/patches report --measure, or for the on-main "
+                "proofs tools/patches verify --on main --record (with that mirror), and commit "
+                "the result"
             )
         print(f"{PAGE} and {DOCUMENT} are current ({len(rows)} patches)")
         return ExitCode.OK

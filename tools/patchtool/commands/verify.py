@@ -21,15 +21,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
 from ..command import Command, root_of
-from ..core.manifest import load_manifest
+from ..core.manifest import Upstream, load_manifest
 from ..errors import ExitCode
+from ..rebase.on_main import MainSeries, replay_on_main
+from ..verify.on_main import OnMain, verify_on_main
 from ..verify.pytest_run import venv_python
-from ..verify.record import RECORD_PATH, write_record
+from ..verify.record import (
+    MAIN_RECORD_PATH,
+    RECORD_PATH,
+    main_record_data,
+    write_main_record,
+    write_record,
+)
 from ..verify.regression import Gate
 from ..verify.session import Options, StackResult, verify_stack
 from ..verify.tripwire import Proof
@@ -140,6 +149,13 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         help=f"write the upstream-test figures to {RECORD_PATH} (for the status page)",
     )
     parser.add_argument(
+        "--on",
+        metavar="REF",
+        help="prove each patch's Upstream-Test: on the upstream's REF (e.g. main) with every "
+        "patch's port (else the pin patch) applied there, instead of on the pin (no tripwires, "
+        f"no gate); with --record, to {MAIN_RECORD_PATH}",
+    )
+    parser.add_argument(
         "--allow-missing",
         action="store_true",
         help="exit 0 when an upstream's source is missing (its patches are reported unverified)",
@@ -169,10 +185,49 @@ def _document(result: StackResult) -> dict[str, object]:
     }
 
 
+def _run_on(args: argparse.Namespace, root: Path, python: Path, ups: list[Upstream]) -> int:
+    """`verify --on REF`: the series replayed on each upstream's REF, its upstream tests proven."""
+    replays: list[MainSeries] = []
+    try:
+        for up in ups:
+            replays.append(replay_on_main(root, up, args.on))
+            r = replays[-1]
+            print(
+                f"[verify] {up.name}: {len(r.series)} patches on {args.on} {r.commit[:12]} "
+                f"({len(r.ported)} from their port), {len(r.left_out)} do not apply",
+                file=sys.stderr,
+                flush=True,
+            )
+        items = [OnMain(up, r.repo, r.series) for up, r in zip(ups, replays, strict=True)]
+        proofs, timings = verify_on_main(
+            root, python, items, not args.json, args.jobs or os.cpu_count() or 1,
+            not args.no_fork_server,
+        )  # fmt: skip
+    finally:
+        for r in replays:
+            r.close()
+    data = main_record_data(
+        root, args.on, [(r.upstream, r.commit, r.ported, r.left_out) for r in replays], proofs
+    )
+    if args.record:
+        write_main_record(root, data)
+    if args.json:
+        print(json.dumps({**data, "timings": timings}, indent=2))
+    else:
+        notes = [
+            f"  {r.upstream}: {n} left out: {why}" for r in replays for n, why in r.left_out.items()
+        ]
+        print("\n".join([render_upstream(proofs), *notes]))
+    unproven = [p for p in proofs if not p.proven and not p.pending]
+    return ExitCode.FAILED if unproven or any(r.left_out for r in replays) else ExitCode.OK
+
+
 def _run(args: argparse.Namespace) -> int:
     root = root_of(args)
     python = Path(args.python) if args.python else venv_python(root)
     ups = load_manifest(root).select(args.upstreams)
+    if args.on:
+        return _run_on(args, root, python, ups)
     opts = Options(
         jobs=args.jobs or os.cpu_count() or 1,
         fork_server=not args.no_fork_server,

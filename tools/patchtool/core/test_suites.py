@@ -18,6 +18,7 @@ from .series import Patch
 SUITES_PATH = Path("patches") / "upstream-tests.toml"
 # What `verify --record` measured of the suites: the status page renders it.
 RECORD_PATH = Path("docs") / "upstream-tests.json"
+MAIN_RECORD_PATH = Path("docs") / "upstream-tests-main.json"  # verify --on main --record
 UPSTREAM_TEST_KEY = "Upstream-Test"
 
 

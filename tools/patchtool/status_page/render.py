@@ -98,7 +98,7 @@ def markdown(
         ]
         out.append("| " + " | ".join(cells) + " |")
     if root is not None:
-        out += ["", *section(root, [(r.upstream, r.name, r.sha256) for r in rows])]
+        out += ["", *section(root, [(r.upstream, r.name, r.sha256, r.port_sha256) for r in rows])]
     return "\n".join(out).rstrip("\n") + "\n"
 
 

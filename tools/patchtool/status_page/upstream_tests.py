@@ -12,7 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..core.test_suites import RECORD_PATH
+from ..core.test_suites import MAIN_RECORD_PATH as MAIN_RECORD
+from ..core.test_suites import RECORD_PATH, load_suites
 
 INTRO = """## Upstream tests and the regression gate
 
@@ -24,16 +25,34 @@ the tree before the series and on the series (the regression gate: a test that p
 and not after fails verify). Figures from `tools/patches verify --record` ({record}); "not passing
 before" counts tests that already fail or skip without the series, "causes" why tests do not
 pass on the series (on this CPU machine; `needs ...` are skips by the CPU compatibility layer,
-`integration/mcore_grpo/upstream_cpu.py`).
+`integration/mcore_grpo/upstream_cpu.py`). "on main" is the same proof where the PR goes:
+`tools/patches verify --on main --record` ({main_record}) replays the series on each
+upstream's `main` (each patch's port where it has one, "port") and proves the patch's upstream
+test there: it passes with the series and fails with the patch's change left out.
 """
 
 
-def _load(root: Path) -> dict[str, Any]:
-    path = root / RECORD_PATH
-    if not path.is_file():
+def _load(root: Path, path: Path = RECORD_PATH) -> dict[str, Any]:
+    full = root / path
+    if not full.is_file():
         return {}
-    data = json.loads(path.read_text(encoding="utf-8"))
+    data = json.loads(full.read_text(encoding="utf-8"))
     return dict(data.get("upstreams", {}))
+
+
+def on_main(record: dict[str, Any], upstream: str, name: str, sha: str, port_sha: str) -> str:
+    """The patch's upstream-test proof on main, while the patch and its port are the bytes
+    that were proven ("" for neither recorded)."""
+    up = dict(record.get(upstream, {}))
+    if name in dict(up.get("left_out", {})):
+        return f"does not apply ({str(up.get('commit', ''))[:12]})"
+    entry = dict(up.get("patches", {})).get(name)
+    if not isinstance(entry, dict):
+        return "not recorded"
+    if (entry.get("sha256"), entry.get("port_sha256", "")) != (sha, port_sha):
+        return "patch changed since recorded"
+    ported = ", port" if name in up.get("ported", []) else ""
+    return f"{entry.get('verdict', '')} ({str(up.get('commit', ''))[:12]}{ported})"
 
 
 def _counts(gate: Any) -> list[str]:
@@ -53,11 +72,41 @@ def _causes(gate: Any, top: int = 4) -> str:
     return text.replace("|", "\\|")
 
 
-def section(root: Path, patches: list[tuple[str, str, str]]) -> list[str]:
+def main_record_gaps(
+    root: Path, rows: list[tuple[str, str, str, str]], heads: dict[str, str]
+) -> list[str]:
+    """Why the on-main proofs are not current for the upstreams whose `main` is at hand
+    (upstream -> its commit) and that have an upstream suite to prove them with
+    (patches/upstream-tests.toml): recorded on another commit, or a patch (or port) not proven
+    in these bytes. One line per upstream; [] when current."""
+    record = _load(root, MAIN_RECORD)
+    suites = load_suites(root)
+    gaps = []
+    for upstream, head in heads.items():
+        if upstream not in suites:
+            continue
+        mine = [r for r in rows if r[0] == upstream]
+        commit = str(dict(record.get(upstream, {})).get("commit", ""))
+        stale = [
+            r[1] for r in mine if on_main(record, *r).startswith(("not recorded", "patch changed"))
+        ]
+        if mine and commit[:12] != head[:12]:
+            gaps.append(
+                f"{upstream}: proven on main {commit[:12] or 'never'}, but its main is at {head[:12]}"
+            )
+        elif stale:
+            gaps.append(
+                f"{upstream}: {len(stale)} of {len(mine)} patches not proven on main in their current bytes, e.g. {stale[0]}"
+            )
+    return gaps
+
+
+def section(root: Path, patches: list[tuple[str, str, str, str]]) -> list[str]:
     """Markdown lines for the page: per upstream its gate, per patch (upstream, name, sha256 of
-    the file) its test."""
+    the file and of its port) its test, on the pin and on main."""
     record = _load(root)
-    out = [INTRO.format(record=RECORD_PATH.as_posix()), ""]
+    main = _load(root, MAIN_RECORD)
+    out = [INTRO.format(record=RECORD_PATH.as_posix(), main_record=MAIN_RECORD.as_posix()), ""]
     if not record:
         return [*out, "Not recorded yet: run `tools/patches verify --record`.", ""]
     out += [
@@ -88,14 +137,15 @@ def section(root: Path, patches: list[tuple[str, str, str]]) -> list[str]:
     out += [
         "",
         "| upstream | patch | upstream test | verdict | gate dirs | run | pass | not passing before "
-        "| failing after | skipped | broken |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| failing after | skipped | broken | on main |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for upstream, name, sha in patches:
+    for upstream, name, sha, port_sha in patches:
         entry = dict(record.get(upstream, {}).get("patches", {})).get(name)
+        main_cell = on_main(main, upstream, name, sha, port_sha)
         if not isinstance(entry, dict) or entry.get("sha256") != sha:
             why = "not recorded" if not isinstance(entry, dict) else "patch changed since recorded"
-            out.append(f"| {upstream} | `{name}` | {why} | | | | | | | | |")
+            out.append(f"| {upstream} | `{name}` | {why} | | | | | | | | | {main_cell} |")
             continue
         tests = "<br>".join(f"`{t}`" for t in entry.get("upstream_tests", [])) or "none"
         dirs = (
@@ -106,5 +156,5 @@ def section(root: Path, patches: list[tuple[str, str, str]]) -> list[str]:
             or "none"
         )
         cells = [upstream, f"`{name}`", tests, str(entry.get("verdict", "")), dirs]
-        out.append("| " + " | ".join([*cells, *_counts(entry.get("gate"))]) + " |")
+        out.append("| " + " | ".join([*cells, *_counts(entry.get("gate")), main_cell]) + " |")
     return [*out, ""]

@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..core.manifest import load_manifest
-from ..core.test_suites import RECORD_PATH
+from ..core.ports import find_port
+from ..core.test_suites import MAIN_RECORD_PATH, RECORD_PATH
 
 if TYPE_CHECKING:
     from .session import StackResult
+    from .upstream_proof import UpstreamProof
 
 
 def record_data(root: Path, result: StackResult) -> dict[str, object]:
@@ -57,4 +59,47 @@ def write_record(root: Path, result: StackResult) -> Path:
     path = root / RECORD_PATH
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record_data(root, result), indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def main_record_data(
+    root: Path,
+    ref: str,
+    replays: list[tuple[str, str, list[str], dict[str, str]]],
+    proofs: list[UpstreamProof],
+) -> dict[str, object]:
+    """`verify --on main --record`: per upstream the commit its series was replayed on, which
+    patches went in from their port and which did not apply, and per patch its proof there
+    (with the patch file's and its port's sha256, so the page can tell a stale row)."""
+    manifest = load_manifest(root)
+    upstreams: dict[str, object] = {}
+    for name, commit, ported, left_out in replays:
+        up = manifest.upstreams[name]
+        patches: dict[str, object] = {}
+        for proof in (p for p in proofs if p.upstream == name):
+            patch_file = root / up.series_dir / proof.patch
+            port = find_port(patch_file)
+            patches[proof.patch] = {
+                "sha256": hashlib.sha256(patch_file.read_bytes()).hexdigest(),
+                "port_sha256": hashlib.sha256(port.read_bytes()).hexdigest() if port else "",
+                "upstream_tests": proof.tests,
+                "with_fix": proof.with_fix,
+                "without_fix": proof.without_fix,
+                "verdict": proof.verdict,
+                "detail": proof.detail,
+                "without_detail": proof.without_detail,
+            }
+        upstreams[name] = {
+            "commit": commit,
+            "ported": ported,
+            "left_out": left_out,
+            "patches": patches,
+        }
+    return {"ref": ref, "upstreams": upstreams}
+
+
+def write_main_record(root: Path, data: dict[str, object]) -> Path:
+    path = root / MAIN_RECORD_PATH
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     return path
