@@ -46,6 +46,7 @@ def _series(sandbox: Sandbox, main_has_the_fix: bool = False) -> tuple[Path, str
     port = sandbox.make_patch(repo, head, three, "Three", _trailers(f"{THREE}::test_three"))
     sandbox.add("Up", str(repo), pin)
     write(sandbox.root, {"patches/upstream-tests.toml": SUITES})
+    sandbox.preload_for_upstream_suites()
     sandbox.set_series("Up", series)
     (sandbox.root / "patches/Up/main").mkdir()
     (sandbox.root / "patches/Up/main/three.patch").write_bytes(port)

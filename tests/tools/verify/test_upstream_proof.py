@@ -65,6 +65,7 @@ def _stack(
         base = run(sandbox.tmp / "dev" / repo.name, "rev-parse", "HEAD")
     sandbox.add("Up", str(repo), pin)
     write(sandbox.root, {"patches/upstream-tests.toml": suites})
+    sandbox.preload_for_upstream_suites()
     sandbox.set_series("Up", series)
     sandbox.commit()
     up = load_manifest(sandbox.root).upstreams["Up"]
