@@ -8,13 +8,13 @@ exactly our manifest's URLs, and every `tools/patches` invocation is accepted by
 
 from __future__ import annotations
 
-import os
 import shlex
 import subprocess
 from pathlib import Path
 
 import yaml
 
+from tests.ci.workflows import run_with_recording_git
 from tools.patchtool.cli import build_parser
 from tools.patchtool.core.manifest import load_manifest
 
@@ -65,23 +65,11 @@ def test_checkout_keeps_the_history_the_status_page_needs() -> None:
 
 def test_history_step_clones_our_manifest_urls(tmp_path: Path) -> None:
     """Run the step's script with `git` recording its arguments instead of cloning."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    log = tmp_path / "git.log"
-    (bin_dir / "git").write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
-    (bin_dir / "git").chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    env["RUNNER_TEMP"] = str(tmp_path)
-    script = _run_step("Full histories")
-    proc = subprocess.run(
-        ["bash", "-e", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, check=False
-    )
-    assert proc.returncode == 0, proc.stderr
+    calls = run_with_recording_git(_run_step("Full histories"), tmp_path)
     urls = {up.name: up.url for up in load_manifest(ROOT).upstreams.values()}
-    expected = [
+    assert calls == [
         f"clone --quiet --bare {url} {tmp_path}/upstreams/{n}.git" for n, url in urls.items()
     ]
-    assert log.read_text().splitlines() == expected
 
 
 def _tools_calls(script: str) -> list[list[str]]:

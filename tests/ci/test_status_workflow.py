@@ -5,12 +5,15 @@ by the real CLI with the flags that measure the whole page."""
 
 from __future__ import annotations
 
-import os
 import shlex
-import subprocess
 from pathlib import Path
 
-from tests.ci.workflows import ROOT, assert_run_scripts_are_bash, job_steps
+from tests.ci.workflows import (
+    ROOT,
+    assert_run_scripts_are_bash,
+    job_steps,
+    run_with_recording_git,
+)
 from tools.patchtool.cli import build_parser
 from tools.patchtool.core.manifest import load_manifest
 
@@ -27,24 +30,9 @@ def test_scripts_are_bash_without_expressions() -> None:
 
 
 def test_history_step_clones_every_branch_of_our_manifest_urls(tmp_path: Path) -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    log = tmp_path / "git.log"
-    (bin_dir / "git").write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
-    (bin_dir / "git").chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    env["RUNNER_TEMP"] = str(tmp_path)
-    proc = subprocess.run(
-        ["bash", "-e", "-c", _script("Full histories")],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
+    calls = run_with_recording_git(_script("Full histories"), tmp_path)
     urls = {up.name: up.url for up in load_manifest(ROOT).upstreams.values()}
-    assert log.read_text().splitlines() == [  # a bare clone keeps every branch, dev included
+    assert calls == [  # a bare clone keeps every branch, dev included
         f"clone --quiet --bare {url} {tmp_path}/upstreams/{n}.git" for n, url in urls.items()
     ]
     assert any(up.feeder for up in load_manifest(ROOT).upstreams.values())

@@ -17,6 +17,8 @@ from tools.patchtool.rebase.conflict_cause import (
 
 pytestmark = pytest.mark.usefixtures("isolated_git")
 
+MBOX = "From " + "0" * 40 + " Mon Sep 17 00:00:00 2001\nSubject: [PATCH] fix\n\nWhy.\n---\n"
+
 
 @pytest.fixture
 def histories(tmp_path: Path) -> dict[str, str]:
@@ -83,7 +85,7 @@ def test_lines_an_earlier_patch_wrote_are_not_blamed_on_upstream(
 ) -> None:
     """A hunk whose old side the pin's file does not have stands on an earlier patch."""
     repo = Path(histories["repo"])
-    text = "\n".join(
+    text = MBOX + "\n".join(
         [
             "diff --git a/lib.py b/lib.py",
             "--- a/lib.py",
@@ -95,11 +97,12 @@ def test_lines_an_earlier_patch_wrote_are_not_blamed_on_upstream(
             "",
         ]
     )
+    assert preimages(text) == [("lib.py", ("written by an earlier patch", "line 2"))]
     assert conflict_causes(repo, histories["pin"], histories["dev"], text) == []
 
 
 def test_preimages_read_each_hunks_old_side() -> None:
-    text = "\n".join(
+    text = MBOX + "\n".join(
         [
             "diff --git a/a.py b/a.py",
             "--- a/a.py",
@@ -118,9 +121,7 @@ def test_preimages_read_each_hunks_old_side() -> None:
             "\\ No newline at end of file",
         ]
     )
-    first, second = preimages(text)
-    assert (first.path, first.old_start, first.lines) == ("a.py", 3, ("keep", "old", "tail"))
-    assert (second.path, second.old_start, second.lines) == ("b.py", 7, ("only",))
+    assert preimages(text) == [("a.py", ("keep", "old", "tail")), ("b.py", ("only",))]
 
 
 def test_repo_with_picks_a_history_holding_both_commits(

@@ -40,7 +40,8 @@ class Trailer:
 
 @dataclass
 class Hunk:
-    """One `@@ -a,b +c,d @@` hunk; `added` holds (patch line, text) of its `+` lines."""
+    """One `@@ -a,b +c,d @@` hunk; `added` holds (patch line, text) of its `+` lines, `old` the
+    text of its old side in order (context and `-` lines: what it needs in the file)."""
 
     old_start: int
     old_count: int
@@ -49,6 +50,7 @@ class Hunk:
     header: str
     line: int
     added: list[tuple[int, str]] = field(default_factory=list)
+    old: list[str] = field(default_factory=list)
 
     @property
     def range_text(self) -> str:
@@ -240,8 +242,10 @@ def _parse_diffs(patch: Patch, lines: list[str], start: int) -> None:
                 hunk.added.append((num, line[1:]))
                 new_left -= 1
             elif tag == "-":
+                hunk.old.append(line[1:])
                 old_left -= 1
             elif tag in (" ", ""):
+                hunk.old.append(line[1:])
                 old_left -= 1
                 new_left -= 1
             elif tag != "\\":

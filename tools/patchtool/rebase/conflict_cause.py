@@ -15,26 +15,14 @@ left out. Plain `git show` and `git log -p` over the patch's paths; nothing is w
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.git import git_ok, git_text, run
+from ..core.series import parse_patch_text
 
 MOVED_BY, LACKS = "moved by", "lacks"
 MIN_SIGNIFICANT = 4  # a line of fewer non-blank characters (")", "else:") proves nothing
-
-_HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@")
-_DIFF_RE = re.compile(r"^diff --git a/(\S+) b/(\S+)$")
-
-
-@dataclass(frozen=True)
-class HunkLines:
-    """The lines one hunk of a patch needs in the file it changes (old side, in order)."""
-
-    path: str
-    old_start: int
-    lines: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -51,29 +39,10 @@ class Cause:
         return f"{self.kind} {self.commit[:12]} ({self.date}) {self.subject}"
 
 
-def preimages(patch_text: str) -> list[HunkLines]:
-    """Every hunk's old-side lines (context and `-` lines) from a format-patch's diff."""
-    out: list[HunkLines] = []
-    path, lines = "", iter(patch_text.splitlines())
-    for line in lines:
-        diff = _DIFF_RE.match(line)
-        if diff:
-            path = diff.group(1)
-            continue
-        hunk = _HUNK_RE.match(line)
-        if not (hunk and path):
-            continue
-        start, remaining = int(hunk.group(1)), int(hunk.group(2) or "1")
-        old: list[str] = []
-        while remaining > 0:
-            body = next(lines, None)
-            if body is None:
-                break
-            if body.startswith((" ", "-")) or body == "":
-                old.append(body[1:])
-                remaining -= 1
-        out.append(HunkLines(path, start, tuple(old)))
-    return out
+def preimages(patch_text: str) -> list[tuple[str, tuple[str, ...]]]:
+    """(path, old-side lines) of every hunk of a format-patch (core/series.py's parser)."""
+    patch = parse_patch_text(patch_text, Path("patch"))
+    return [(f.path, tuple(h.old)) for f in patch.files for h in f.hunks]
 
 
 def _significant(line: str) -> bool:
@@ -125,25 +94,25 @@ def conflict_causes(
     it to the files the rebase engine found in conflict (others merged on their own)."""
     causes: list[Cause] = []
     seen: set[str] = set()
-    for hunk in preimages(patch_text):
-        if paths is not None and hunk.path not in paths:
+    for path, needed in preimages(patch_text):
+        if paths is not None and path not in paths:
             continue
-        before = _file_lines(repo, old, hunk.path)
-        if before is None or not _has_block(before, hunk.lines):
+        before = _file_lines(repo, old, path)
+        if before is None or not _has_block(before, needed):
             continue  # a new file, or lines an earlier patch of the series wrote
-        after = _file_lines(repo, new, hunk.path)
-        if after is not None and _has_block(after, hunk.lines):
+        after = _file_lines(repo, new, path)
+        if after is not None and _has_block(after, needed):
             continue  # this hunk still finds its lines
         present = {line.strip() for line in after or []}
-        wanted = {line.strip() for line in hunk.lines if _significant(line)}
+        wanted = {line.strip() for line in needed if _significant(line)}
         gone = wanted - present or wanted
         found = [
-            (MOVED_BY, c) for c in _commits_touching(repo, f"{old}..{new}", hunk.path, gone, "-")
-        ] or [(LACKS, c) for c in _commits_touching(repo, f"{new}..{old}", hunk.path, gone, "+")]
+            (MOVED_BY, c) for c in _commits_touching(repo, f"{old}..{new}", path, gone, "-")
+        ] or [(LACKS, c) for c in _commits_touching(repo, f"{new}..{old}", path, gone, "+")]
         for kind, (commit, date, subject) in found:
             if commit not in seen:
                 seen.add(commit)
-                causes.append(Cause(kind, commit, date, subject, hunk.path))
+                causes.append(Cause(kind, commit, date, subject, path))
     return causes
 
 
