@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import date
 from pathlib import Path
@@ -24,7 +26,7 @@ from ..rebase.bases import GIT
 from ..rebase.feeder import FeederResult
 from ..rebase.flow import run_rebase
 from ..rebase.port import port_applies
-from ..rebase.result import PatchResult
+from ..rebase.result import PatchResult, RebaseResult
 from ..rebase.scratch import remove_scratch
 from ..source.mirror import mirror_repo
 from ..status_page.live import (
@@ -42,7 +44,7 @@ from ..status_page.page import DOCUMENT, PAGE, current_rows, render, stale, writ
 from ..status_page.rows import PatchRow
 from ..status_page.upstream_tests import main_record_gaps
 from ..verify.pytest_run import venv_python
-from ..verify.tripwire import tripwire_hook
+from ..verify.tripwire import TripwireHook, tripwire_hook
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:
@@ -97,31 +99,57 @@ def _run(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def _mirror_commit(name: str, branch: str) -> str:
+    """The commit `branch` is at in this run's offline mirror of `name`, "" without one."""
+    bare = mirror_repo(name)
+    if bare is None:
+        return ""
+    return git_text(["rev-parse", "--verify", "-q", f"refs/heads/{branch}"], bare, check=False)
+
+
 def _mirror_heads(root: Path, branch: str) -> dict[str, str]:
     """upstream -> the commit `branch` is at in this run's offline mirror, for each upstream
     whose mirror repository has that branch (the page must be measured there)."""
-    heads = {}
-    for name in load_manifest(root).upstreams:
-        bare = mirror_repo(name)
-        commit = (
-            git_text(["rev-parse", "--verify", "-q", f"refs/heads/{branch}"], bare, check=False)
-            if bare
-            else ""
-        )
-        if commit:
-            heads[name] = commit
-    return heads
+    heads = {name: _mirror_commit(name, branch) for name in load_manifest(root).upstreams}
+    return {name: commit for name, commit in heads.items() if commit}
 
 
 def _mirror_feeders(root: Path) -> dict[str, tuple[str, str]]:
     """upstream -> (feeder branch, its commit) in this run's offline mirror, where it has it."""
-    out = {}
-    for up in load_manifest(root).upstreams.values():
-        if up.feeder:
-            commit = _mirror_heads(root, up.feeder).get(up.name, "")
-            if commit:
-                out[up.name] = (up.feeder, commit)
-    return out
+    feeders = {
+        up.name: (up.feeder, _mirror_commit(up.name, up.feeder))
+        for up in load_manifest(root).upstreams.values()
+        if up.feeder
+    }
+    return {name: pair for name, pair in feeders.items() if pair[1]}
+
+
+@contextmanager
+def _replayed(
+    root: Path, name: str, ref: str, hook: TripwireHook | None = None
+) -> Iterator[RebaseResult | None]:
+    """The series of `name` replayed on `ref` as it is now (a dry run); None, said on stderr
+    (its rows keep their last measurement), when `ref` cannot be read now. The replay's
+    scratch repository (kept by a conflict for a hand finish) lives until the block ends."""
+    print(f"report: {name}: replaying the series on {ref}", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="patches-report-") as tmp:
+        try:
+            result, _, _ = run_rebase(
+                root, name, ref, dry_run=True, mode=GIT,
+                report_path=Path(tmp) / "report.md", tripwire=hook,
+            )  # fmt: skip
+        except PatchToolError as exc:
+            _keeps(name, f"{ref}: {UNKNOWN} ({exc})")
+            yield None
+            return
+    try:
+        if not result.new.resolved_from.endswith("(now)"):  # a local ref: maybe years old
+            _keeps(name, f"{ref} only from {result.new.resolved_from}")
+            yield None
+        else:
+            yield result
+    finally:
+        remove_scratch(Path(result.scratch))
 
 
 def _measure(
@@ -141,25 +169,13 @@ def _measure(
     for up in upstreams:
         if not any(r.upstream == up.name for r in rows):
             continue
-        print(f"report: {up.name}: replaying the series on {args.branch}", file=sys.stderr)
         hook = tripwire_hook(root, up.name, python) if python is not None else None
-        with tempfile.TemporaryDirectory(prefix="patches-report-") as tmp:
-            try:
-                result, _, _ = run_rebase(
-                    root, up.name, args.branch, dry_run=True, mode=GIT,
-                    report_path=Path(tmp) / "report.md", tripwire=hook,
-                )  # fmt: skip
-            except PatchToolError as exc:
-                _keeps(up.name, f"{UNKNOWN} ({exc})")
+        with _replayed(root, up.name, args.branch, hook) as result:
+            if result is None:
                 unreachable.add(up.name)
                 continue
-        remove_scratch(Path(result.scratch))  # a conflict keeps it for a hand finish: not here
-        if not result.new.resolved_from.endswith("(now)"):  # a local ref: maybe years old
-            _keeps(up.name, f"{args.branch} only from {result.new.resolved_from}")
-            unreachable.add(up.name)
-            continue
-        for res in result.patches:
-            heads[(up.name, res.name)] = (res, result.new.upstream_commit)
+            for res in result.patches:
+                heads[(up.name, res.name)] = (res, result.new.upstream_commit)
     by_name = {up.name: up for up in upstreams}
     measured = [
         m
@@ -179,26 +195,14 @@ def _measure(
 
 
 def _on_feeder(root: Path, up: Upstream) -> FeederResult | None:
-    """The series replayed on `up`'s feeder branch, with each conflict's causes; None (rows
-    keep their last feeder measurement) when the branch cannot be read now."""
-    print(f"report: {up.name}: replaying the series on {up.feeder}", file=sys.stderr)
-    with tempfile.TemporaryDirectory(prefix="patches-report-") as tmp:
-        try:
-            result, _, _ = run_rebase(
-                root, up.name, up.feeder, dry_run=True, mode=GIT,
-                report_path=Path(tmp) / "report.md",
-            )  # fmt: skip
-        except PatchToolError as exc:
-            _keeps(up.name, f"{up.feeder}: {UNKNOWN} ({exc})")
+    """The series replayed on `up`'s feeder branch, with each conflict's causes (looked up in
+    the replay's scratch repository first: it holds the pin and the branch); None (rows keep
+    their last feeder measurement) when the branch cannot be read now."""
+    with _replayed(root, up.name, up.feeder) as result:
+        if result is None:
             return None
-    scratch = Path(result.scratch)  # holds the pin and the branch: where causes are looked up
-    try:
-        if not result.new.resolved_from.endswith("(now)"):
-            _keeps(up.name, f"{up.feeder} only from {result.new.resolved_from}")
-            return None
-        return FeederResult.of(root, up, result.patches, result.new.upstream_commit, [scratch])
-    finally:
-        remove_scratch(scratch)
+        commit = result.new.upstream_commit
+        return FeederResult.of(root, up, result.patches, commit, [Path(result.scratch)])
 
 
 def _with_feeder(row: PatchRow, m: Measurement, on: FeederResult, today: str) -> Measurement:

@@ -94,13 +94,20 @@ def conflict_causes(
     it to the files the rebase engine found in conflict (others merged on their own)."""
     causes: list[Cause] = []
     seen: set[str] = set()
+    files: dict[tuple[str, str], list[str] | None] = {}  # (commit, path): read once per call
+
+    def lines_at(commit: str, path: str) -> list[str] | None:
+        if (commit, path) not in files:
+            files[commit, path] = _file_lines(repo, commit, path)
+        return files[commit, path]
+
     for path, needed in preimages(patch_text):
         if paths is not None and path not in paths:
             continue
-        before = _file_lines(repo, old, path)
+        before = lines_at(old, path)
         if before is None or not _has_block(before, needed):
             continue  # a new file, or lines an earlier patch of the series wrote
-        after = _file_lines(repo, new, path)
+        after = lines_at(new, path)
         if after is not None and _has_block(after, needed):
             continue  # this hunk still finds its lines
         present = {line.strip() for line in after or []}

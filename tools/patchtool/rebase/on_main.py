@@ -76,8 +76,9 @@ def _apply_all(root: Path, up: Upstream, scratch: Path, base: str, replay: MainS
         chosen = port or patch.path
         proc = run(["apply", "--cached", str(chosen)], scratch, env=env)
         if proc.returncode != 0:
+            why = proc.stderr.decode("utf-8", "replace").strip().splitlines()
             replay.left_out[entry.name] = _why_not(
-                scratch, env, chosen, port is not None, replay.ref
+                scratch, env, chosen, port is not None, replay.ref, why[0] if why else ""
             )
             continue
         tree = git_text(["write-tree"], scratch, env=env)
@@ -88,12 +89,13 @@ def _apply_all(root: Path, up: Upstream, scratch: Path, base: str, replay: MainS
     return head
 
 
-def _why_not(scratch: Path, env: dict[str, str], chosen: Path, ported: bool, ref: str) -> str:
+def _why_not(
+    scratch: Path, env: dict[str, str], chosen: Path, ported: bool, ref: str, error: str
+) -> str:
     """Why a patch is left out: already on `ref` (it reverse-applies: retire it as upstreamed),
-    or it does not apply (a port is needed, or its port is stale)."""
+    or it does not apply (a port is needed, or its port is stale: `error`, git apply's first
+    line)."""
     if run(["apply", "--cached", "--check", "-R", str(chosen)], scratch, env=env).returncode == 0:
         return f"already on {ref}: the patch reverse-applies there; retire it as upstreamed"
-    proc = run(["apply", "--cached", "--check", str(chosen)], scratch, env=env)
-    lines = proc.stderr.decode("utf-8", "replace").strip().splitlines()
     what = "its port" if ported else "the pin patch (it has no port: tools/patches port)"
-    return f"{what} does not apply on {ref}: {lines[0] if lines else 'git apply failed'}"
+    return f"{what} does not apply on {ref}: {error or 'git apply failed'}"

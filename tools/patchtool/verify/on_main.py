@@ -18,7 +18,7 @@ from pathlib import Path
 from ..core.checkout import checkout_dir
 from ..core.manifest import Upstream
 from ..core.series import Patch, SeriesEntry
-from ..core.test_suites import load_suites
+from ..core.test_suites import UpstreamSuite, load_suites
 from .states import VerifyState, run_states
 from .tripwire import import_roots
 from .upstream_proof import SuitePlan, UpstreamProof, fold_suite, plan_suite
@@ -33,14 +33,11 @@ class OnMain:
     series: list[tuple[SeriesEntry, Patch]]
 
 
-def plan_on_main(root: Path, item: OnMain) -> SuitePlan | None:
-    """The upstream-test states of one upstream on main (None without a suite layout).
+def plan_on_main(root: Path, item: OnMain, suite: UpstreamSuite) -> SuitePlan:
+    """The upstream-test states of one upstream on main.
 
     The plan is made against the checkout (the same layout: test directories and packages are
     found on disk there); every state then reads its trees from the replay's HEAD."""
-    suite = load_suites(root).get(item.upstream.name)
-    if suite is None:
-        return None
     checkout = checkout_dir(root, item.upstream)
     patches = [patch for _, patch in item.series]
     packages = import_roots(patches, root, checkout)
@@ -54,7 +51,12 @@ def verify_on_main(
     root: Path, python: Path, items: list[OnMain], progress: bool, jobs: int, fork_server: bool
 ) -> tuple[list[UpstreamProof], list[tuple[str, float, float]]]:
     """Run every upstream's states in one pool; each patch's proof and each state's timing."""
-    plans = [plan for item in items if (plan := plan_on_main(root, item)) is not None]
+    suites = load_suites(root)
+    plans = [
+        plan_on_main(root, item, suites[item.upstream.name])
+        for item in items
+        if item.upstream.name in suites
+    ]
     states: list[VerifyState] = [s for plan in plans for s in plan.states]
     ordered = sorted(states, key=lambda s: (-len(s.nodes), s.patch is None))
     run_states(root, python, ordered, jobs, progress, fork_server)
