@@ -54,10 +54,12 @@ def _stack(
     suites: str = SUITES,
     extra_trailers: dict[str, str] | None = None,
     opts: Options | None = None,
+    upstream: dict[str, str] | None = None,
 ) -> StackResult:
-    """An upstream with `patches` (name, files, Upstream-Test) applied in order, a patch's
-    `extra_trailers` (e.g. Depends-On) added to its own; verify's upstream half run on it."""
-    repo, pin = sandbox.upstream("Up", UPSTREAM)
+    """An upstream (`upstream`, else UPSTREAM) with `patches` (name, files, Upstream-Test)
+    applied in order, a patch's `extra_trailers` (e.g. Depends-On) added to its own; verify's
+    upstream half run on it."""
+    repo, pin = sandbox.upstream("Up", upstream or UPSTREAM)
     base, series = pin, {}
     for name, files, node in patches:
         trailers = _trailers(node) + (extra_trailers or {}).get(name, "")
@@ -142,6 +144,46 @@ def test_gate_names_the_broken_test_and_the_patch_that_broke_it(sandbox: Sandbox
     assert {p.patch: p.verdict for p in result.upstream} == dict.fromkeys(
         ("first.patch", "second.patch", "third.patch"), "proven"
     )
+
+
+# Beside test_mod.py: a test that passes on both trees, one whose name that one prefixes and
+# that the series breaks, one the series removes, and one that fails on both.
+MORE = "tests/unit/sub/test_more.py"
+MORE_TESTS = (
+    "from pkg.sub.mod import VALUE\n\n\n"
+    "def test_int():\n    assert isinstance(VALUE, int)\n\n\n"
+    "def test_int_below_two():\n    assert VALUE < 2\n\n\n"
+    "def test_never():\n    assert VALUE < 0\n"
+)
+GONE = "\n\n\ndef test_gone():\n    assert True\n"
+
+
+def test_baseline_runs_only_what_does_not_pass_on_the_series_and_finds_the_same_breaks(
+    sandbox: Sandbox,
+) -> None:
+    """The baseline leaves out the tests that pass on the series (exact node ids: test_int
+    out, test_int_below_two still run) and still finds every break, a removed test included;
+    `--full-baseline` runs them all and finds the same."""
+    upstream = {**UPSTREAM, MORE: MORE_TESTS + GONE}
+    patch = {**BREAKS_IS_ONE, MORE: MORE_TESTS}
+    result = _stack(sandbox, [("fix.patch", patch, FIX_NODE)], upstream=upstream)
+    (gate,) = result.gates
+    broken = [
+        "tests/unit/sub/test_mod.py::test_is_one",
+        f"{MORE}::test_gone",
+        f"{MORE}::test_int_below_two",
+    ]
+    assert sorted(b.node for b in gate.broken) == broken
+    assert {b.node: b.after for b in gate.broken}[f"{MORE}::test_gone"] == "gone"
+    t = gate.total
+    # Left out: test_positive and test_int (test_two is new: added, not collected before).
+    assert (t.not_run_before, t.failing_before, t.added, t.fixed) == (2, 1, 1, 0)
+    assert "2 passing on the series not run before" in render_gate(gate)
+    up = load_manifest(sandbox.root).upstreams["Up"]
+    full = Options(jobs=2, tripwires=False, full_baseline=True)
+    (whole,) = verify_stack(sandbox.root, [up], Path(sys.executable), False, full).gates
+    assert sorted(b.node for b in whole.broken) == broken
+    assert (whole.total.not_run_before, whole.total.failing_before) == (0, 1)
 
 
 def test_suite_layout_maps_sources_to_the_mirrored_test_directory(tmp_path: Path) -> None:

@@ -8,7 +8,9 @@ Three proofs, each a table (verify/session.py runs them in one pool):
   pytest configuration (verify/upstream_proof.py);
 - the regression gate: the upstream's own tests of the directories the series touches, before
   the series and after it; a test that passed before and not after fails verify, naming the
-  test and the patch that broke it (verify/regression.py).
+  test and the patch that broke it (verify/regression.py). The "before" run waits for the
+  series run and leaves out the tests that pass there (verify/baseline.py; `--full-baseline`
+  runs them too).
 Every state runs in a scratch tree of its own, in a process of its own forked by a server that
 imported the third-party modules once (verify/forkserver.py), in parallel (`--jobs`, default the
 cores); the checkouts are only read. `--record` writes the figures to docs/upstream-tests.json
@@ -78,6 +80,12 @@ def render_gate(gate: Gate) -> str:
         f"directories, {t.run} tests: {t.passed} pass, {t.broken} broken by the series, "
         f"{t.failing_before} not passing before, {t.failing_after} failing after, {t.skipped} "
         f"skipped, {t.added} added, {t.fixed} fixed"
+        + (
+            f" ({t.not_run_before} passing on the series not run before: --full-baseline "
+            "counts what they fixed)"
+            if t.not_run_before
+            else ""
+        )
     ]
     lines += [f"  {n:5d}  {why}" for why, n in t.causes.items()]
     for b in gate.broken:
@@ -134,6 +142,13 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         "--full-gate",
         action="store_true",
         help="also gate the test directories patches/upstream-tests.toml defers (slow)",
+    )
+    parser.add_argument(
+        "--full-baseline",
+        action="store_true",
+        help="run every gate test on the baseline too, not only those that do not pass on the "
+        "series (which alone can be broken); counts the tests the series fixed (--record "
+        "implies it)",
     )
     parser.add_argument(
         "--fresh",
@@ -235,6 +250,7 @@ def _run(args: argparse.Namespace) -> int:
         own_tests=not args.no_upstream_tests,
         gate=not (args.no_upstream_tests or args.no_gate),
         full_gate=args.full_gate,
+        full_baseline=args.full_baseline or args.record,
         fresh=args.fresh,
     )
     result = verify_stack(root, ups, python, not args.json, opts)

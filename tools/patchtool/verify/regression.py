@@ -5,7 +5,9 @@ A test that passed before and does not pass after (failed, skipped, or gone) is 
 series would fail the upstream's CI there, and `verify` fails naming the test and the patch
 that broke it (the first prefix of the series on which it stops passing). Tests that already
 fail before the series (no Transformer Engine, no CUDA, ...) are counted with their cause,
-never hidden; tests the series adds are counted as added.
+never hidden; tests the series adds are counted as added. Unless the whole baseline ran
+(`--full-baseline`), tests that pass on the series were not run before (baseline.py): they are
+counted as such, and "fixed" then counts only what did run.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..core.series import Patch
-from .pytest_run import FAILED, PASSED, SKIPPED, Outcomes
+from .pytest_run import FAILED, NOT_RUN, PASSED, SKIPPED, Outcomes
 from .states import VerifyState
 from .upstream_proof import SuitePlan
 
@@ -34,6 +36,7 @@ class Counts:
     added: int = 0
     fixed: int = 0
     broken: int = 0
+    not_run_before: int = 0  # passed on the series, so not run on the baseline (baseline.py)
     causes: dict[str, int] = field(default_factory=dict)  # why tests fail or skip after
 
 
@@ -101,6 +104,9 @@ def count(before: Outcomes, after: Outcomes, dirs: list[str]) -> tuple[Counts, l
                 causes[cause(*new)] += 1
         if old is None:
             counts.added += new is not None
+            continue
+        if old[0] == NOT_RUN:
+            counts.not_run_before += 1
             continue
         counts.failing_before += old[0] != PASSED
         if old[0] == PASSED and (new is None or new[0] != PASSED):

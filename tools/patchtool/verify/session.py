@@ -3,8 +3,10 @@
 
 Why one pool: every state is one process on scratch trees; running them together keeps both
 cores busy (the upstream suites import megatron-core afresh, ~20 s of CPU each, and cannot be
-preloaded by the fork server). A second, small round runs only when the gate finds broken
-tests: those tests on each prefix of the series, to name the patch that broke each.
+preloaded by the fork server). The gate's baseline runs in a second round, once the series
+run has said which tests do not pass there (baseline.py): only those can be broken. A last,
+small round runs only when the gate finds broken tests: those tests on each prefix of the
+series, to name the patch that broke each.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from ..core.manifest import Upstream
 from ..core.test_suites import UpstreamSuite, load_suites
 from . import state_cache
+from .baseline import passed_on_series
 from .regression import Gate, attribute, attribution_states, gate_of
 from .states import VerifyState, run_states, say
 from .tripwire import Proof, TripwirePlan, fold_plan, plan_upstream
@@ -32,6 +35,7 @@ class Options:
     own_tests: bool = True  # each patch's Upstream-Test, proven
     gate: bool = True  # the upstream's tests of the touched directories, before and after
     full_gate: bool = False  # also the directories a suite defers (patches/upstream-tests.toml)
+    full_baseline: bool = False  # the baseline runs every gate test, not only the non-passing
     cache: bool = True  # keep each state's outcomes, keyed by everything they depend on
     fresh: bool = False  # run every state even when the cache holds it (and keep the new runs)
 
@@ -101,13 +105,16 @@ def verify_stack(
         else None
     )
     suite_states = [s for plan in suites for s in plan.states]
+    later = [] if opts.full_baseline else [p.before for p in suites if p.before and p.after]
     # Longest first, as far as can be told before running: the suite runs (many files), then
     # states with more nodes, then left-out states (their tests fail slowly).
     ordered = sorted(
-        [*suite_states, *tripwire_states],
+        [s for s in [*suite_states, *tripwire_states] if all(s is not b for b in later)],
         key=lambda s: (-len(s.dirs), -len(s.nodes), s.patch is None),
     )
     _run_cached(root, python, ordered, opts, progress, inputs, result.notes)
+    _run_baselines(root, python, suites, later, opts, progress, inputs, result.notes)
+    ordered += later
     result.seconds = _seconds(tripwire_states, suite_states)
     result.timings = [
         (f"{s.label} (cached)" if s.cached else s.label, round(s.seconds, 1), round(s.cpu_s, 1))
@@ -164,6 +171,30 @@ def _run_cached(
             f"{len(dropped)} states not kept for the next verify (a test timed out, or the run "
             f"proves nothing): {', '.join(dropped[:3])}{' ...' if len(dropped) > 3 else ''}"
         )
+
+
+def _run_baselines(
+    root: Path,
+    python: Path,
+    suites: list[SuitePlan],
+    baselines: list[VerifyState],
+    opts: Options,
+    progress: bool,
+    inputs: state_cache.KeyInputs | None,
+    notes: list[str],
+) -> None:
+    """The second round: each gate's baseline, less the tests that passed on the series."""
+    for plan in suites:
+        before, after = plan.before, plan.after
+        if before is None or after is None or all(before is not b for b in baselines):
+            continue
+        before.skip = passed_on_series(after.outcomes)
+        say(
+            progress,
+            f"{plan.suite.upstream}: the baseline leaves out the {len(before.skip)} gate "
+            "tests that pass on the series (--full-baseline runs them)",
+        )
+    _run_cached(root, python, baselines, opts, progress, inputs, notes)
 
 
 def _attribute(

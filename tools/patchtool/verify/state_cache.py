@@ -12,8 +12,8 @@ Everything a state's outcomes depend on goes into its key, so nothing is reused 
   applied on the pin; verify refuses a checkout that is not that clean state), the series bytes
   of every upstream, and which upstreams this run verifies (the others are imported from their
   checkouts, so a dirty one turns the cache off);
-- the state itself: its upstream, nodes, test directories, the patches it reverse-applies and
-  the paths it keeps;
+- the state itself: its upstream, nodes, test directories, the patches it reverse-applies,
+  the paths it keeps and, for a gate baseline, the tests it leaves out (baseline.py);
 - for an upstream suite state: the suite's layout and pytest arguments, and the sources of the
   plugins the run loads (`mcore_grpo.upstream_cpu` and the suite's `-p` modules) with every
   `mcore_grpo` module they import;
@@ -48,7 +48,14 @@ FORMAT = 2  # bump when what a cache file holds changes
 INTEGRATION = Path("integration")  # where the `mcore_grpo` plugins live
 PROJECT_DIRS = ("tests", "integration")  # what our tripwire states import from this repository
 # How verify runs a state: a change here may change outcomes.
-RUNNER_SOURCES = ("pytest_run.py", "states.py", "trees.py", "forkserver.py")
+RUNNER_SOURCES = (
+    "pytest_run.py",
+    "states.py",
+    "trees.py",
+    "forkserver.py",
+    "baseline.py",
+    "pytest_plugins/patchtool_baseline.py",
+)
 _TIMEOUT_MARKS = ("Timeout >", "timed out")
 
 
@@ -192,6 +199,7 @@ def state_key(state: VerifyState, inputs: KeyInputs) -> str:
         "dirs": state.dirs,
         "reverse": [p.path.name for p in state.reversed_patches],
         "exclude": list(state.exclude),
+        "skip": hashlib.sha256("\n".join(sorted(state.skip)).encode()).hexdigest(),
         "stack": inputs.stack,
         "environment": inputs.environment,
     }

@@ -21,6 +21,7 @@ from ..core.series import Patch
 from ..core.test_suites import UpstreamSuite
 from ..errors import PatchToolError
 from ..interrupts import signals_interrupt
+from .baseline import PLUGIN, baseline_env, read_left_out
 from .forkclient import ForkServer
 from .forkserver import GUARD_EXIT, GUARD_VAR, REPORT_VAR
 from .pytest_run import (
@@ -63,6 +64,8 @@ class VerifyState:
     dirs: list[str] = field(default_factory=list)
     role: str = ""  # what an upstream-suite state is, for progress lines
     cached: bool = False  # `outcomes` were read back (state_cache.py), not run
+    # A gate baseline's nodes that passed on the series: collected but not run (baseline.py).
+    skip: frozenset[str] = frozenset()
 
     @property
     def label(self) -> str:
@@ -140,12 +143,17 @@ class _Runner:
         """Run `state`; `tree` is its own upstream's tree (an upstream suite runs from it)."""
         started = time.monotonic()
         cwd, nodes = (tree, state.run_nodes(tree)) if state.suite else (self.root, state.nodes)
+        args = upstream_pytest_args(state.suite) if state.suite else []
+        if state.skip:
+            args += ["-p", PLUGIN]
+            env = {**env, **baseline_env(state.skip, report.parent, report.stem, env)}
         if self.server is None:
-            args = upstream_pytest_args(state.suite) if state.suite else []
             state.outcomes = run_pytest(cwd, self.python, nodes, env, args)
         else:
             full = {**env, **self.server.env()}
-            state.outcomes, state.cpu_s = self._forked(nodes, full, cwd, state.suite)
+            state.outcomes, state.cpu_s = self._forked(nodes, full, cwd, args)
+        if state.skip:
+            read_left_out(state.outcomes, env)
         state.seconds = time.monotonic() - started
         if report.exists() and report.read_text().strip():
             state.outcomes.invalid = (
@@ -154,14 +162,13 @@ class _Runner:
             )
 
     def _forked(
-        self, nodes: list[str], env: dict[str, str], cwd: Path, suite: UpstreamSuite | None
+        self, nodes: list[str], env: dict[str, str], cwd: Path, extra: list[str]
     ) -> tuple[Outcomes, float]:
         """One pytest run forked by the server: its outcomes and CPU seconds (its own, not
         those of the ranks it had the server fork)."""
         assert self.server is not None
         with tempfile.TemporaryDirectory(prefix="patchtool-verify-") as tmp:
             junit = Path(tmp) / "junit.xml"
-            extra = upstream_pytest_args(suite) if suite else []
             argv = ["-m", "pytest", *extra, *pytest_args(junit, nodes)]
             # Bytecode is written (into the scratch trees, mostly): the states sharing a tree
             # compile its modules once. A left-out tree starts from the series' bytecode
