@@ -20,7 +20,7 @@ from ..core.test_suites import UpstreamSuite, load_suites
 from . import state_cache
 from .baseline import passed_on_series
 from .regression import Gate, attribute, attribution_states, gate_of
-from .states import VerifyState, run_states, say
+from .states import StateRunner, VerifyState, say
 from .tripwire import Proof, TripwirePlan, fold_plan, plan_upstream
 from .upstream_proof import SuitePlan, UpstreamProof, fold_suite, plan_suite
 
@@ -112,76 +112,83 @@ def verify_stack(
         [s for s in [*suite_states, *tripwire_states] if all(s is not b for b in later)],
         key=lambda s: (-len(s.dirs), -len(s.nodes), s.patch is None),
     )
-    _run_cached(root, python, ordered, opts, progress, inputs, result.notes)
-    _run_baselines(root, python, suites, later, opts, progress, inputs, result.notes)
-    ordered += later
-    result.seconds = _seconds(tripwire_states, suite_states)
-    result.timings = [
-        (f"{s.label} (cached)" if s.cached else s.label, round(s.seconds, 1), round(s.cpu_s, 1))
-        for s in ordered
-    ]
-    for plan in plans:
-        if opts.tripwires:
-            fold_plan(plan)
-        result.proofs += plan.proofs
-    for suite in suites:
-        fold_suite(suite)
-        result.upstream += suite.proofs
-        gate = gate_of(suite)
-        if gate is not None:
-            _attribute(root, python, progress, opts, suite, gate, inputs)
-            result.gates.append(gate)
+    everything = [*ordered, *later]
+    dropped: list[str] = []
+    with StateRunner(root, python, everything, opts.jobs, progress, opts.fork_server) as runner:
+        _run_cached(runner, root, ordered, opts, inputs, dropped)
+        _run_baselines(runner, root, suites, later, opts, inputs, dropped)
+        if inputs is not None:
+            result.notes += _cache_notes(everything, dropped)
+        result.seconds = _seconds(tripwire_states, suite_states)
+        result.timings = [
+            (f"{s.label} (cached)" if s.cached else s.label, round(s.seconds, 1), round(s.cpu_s, 1))
+            for s in everything
+        ]
+        for plan in plans:
+            if opts.tripwires:
+                fold_plan(plan)
+            result.proofs += plan.proofs
+        for suite in suites:
+            fold_suite(suite)
+            result.upstream += suite.proofs
+            gate = gate_of(suite)
+            if gate is not None:
+                _attribute(runner, root, progress, opts, suite, gate, inputs)
+                result.gates.append(gate)
     return result
 
 
 def _run_cached(
+    runner: StateRunner,
     root: Path,
-    python: Path,
     states: list[VerifyState],
     opts: Options,
-    progress: bool,
     inputs: state_cache.KeyInputs | None,
-    notes: list[str],
+    dropped: list[str],
 ) -> None:
     """Run `states`, reading back those whose outcomes the cache holds under their key
-    (state_cache.py) and keeping what ran for the next verify; `inputs` None: no cache."""
+    (state_cache.py) and keeping what ran for the next verify (the labels of runs not worth
+    keeping go to `dropped`); `inputs` None: no cache."""
     if inputs is None:
-        run_states(root, python, states, opts.jobs, progress, opts.fork_server)
+        runner.run(states)
         return
     keys = [state_cache.state_key(s, inputs) for s in states]
     for state, key in zip(states, keys, strict=True):
         outcomes = None if opts.fresh else state_cache.load(root, state.upstream, key)
         if outcomes is not None:
             state.outcomes, state.cached = outcomes, True
-    todo = [s for s in states if not s.cached]
-    if len(todo) < len(states):
-        notes.append(
-            f"{len(states) - len(todo)} of {len(states)} states read back from "
-            f"{state_cache.CACHE_DIR} (same trees, tests, environment and plugins); "
-            "--fresh runs them again"
-        )
-    run_states(root, python, todo, opts.jobs, progress, opts.fork_server)
-    dropped = [
+    runner.run([s for s in states if not s.cached])
+    dropped += [
         state.label
         for state, key in zip(states, keys, strict=True)
         if not state.cached and not state_cache.store(root, state.upstream, key, state.outcomes)
     ]
+
+
+def _cache_notes(states: list[VerifyState], dropped: list[str]) -> list[str]:
+    """What the cache did for this run's states, in one line each."""
+    notes, read = [], sum(s.cached for s in states)
+    if read:
+        notes.append(
+            f"{read} of {len(states)} states read back from {state_cache.CACHE_DIR} (same trees, "
+            "tests, environment and plugins); --fresh runs them again"
+        )
     if dropped:
         notes.append(
             f"{len(dropped)} states not kept for the next verify (a test timed out, or the run "
             f"proves nothing): {', '.join(dropped[:3])}{' ...' if len(dropped) > 3 else ''}"
         )
+    return notes
 
 
 def _run_baselines(
+    runner: StateRunner,
     root: Path,
-    python: Path,
     suites: list[SuitePlan],
     baselines: list[VerifyState],
     opts: Options,
-    progress: bool,
     inputs: state_cache.KeyInputs | None,
-    notes: list[str],
+    dropped: list[str],
 ) -> None:
     """The second round: each gate's baseline, less the tests that passed on the series."""
     for plan in suites:
@@ -190,16 +197,16 @@ def _run_baselines(
             continue
         before.skip = passed_on_series(after.outcomes)
         say(
-            progress,
+            runner.progress,
             f"{plan.suite.upstream}: the baseline leaves out the {len(before.skip)} gate "
             "tests that pass on the series (--full-baseline runs them)",
         )
-    _run_cached(root, python, baselines, opts, progress, inputs, notes)
+    _run_cached(runner, root, baselines, opts, inputs, dropped)
 
 
 def _attribute(
+    runner: StateRunner,
     root: Path,
-    python: Path,
     progress: bool,
     opts: Options,
     suite: SuitePlan,
@@ -212,7 +219,7 @@ def _attribute(
             progress,
             f"{gate.upstream}: {len(gate.new_broken)} upstream tests broken; finding the patch",
         )
-        _run_cached(root, python, [s for _, s in prefixes], opts, progress, inputs, [])
+        _run_cached(runner, root, [s for _, s in prefixes], opts, inputs, [])
     if gate.new_broken:
         attribute(gate, suite.series, prefixes)
 

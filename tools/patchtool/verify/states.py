@@ -13,7 +13,8 @@ import sys
 import tempfile
 import time
 import tomllib
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,7 +74,7 @@ class VerifyState:
             return f"{self.upstream} {self.role}"
         return f"{self.upstream} {'without' if self.patch else 'with'} {self.name}"
 
-    def tree_name(self, index: int) -> str:
+    def tree_name(self, index: str) -> str:
         """The scratch directory of this state's own tree (for a reader of the scratch)."""
         if self.patch is not None:
             return f"without-{self.patch.path.stem}"
@@ -195,54 +196,109 @@ def run_states(
     """Run every state, up to `jobs` at once, each in its own process on its own trees."""
     if not states:
         return
-    jobs = max(1, jobs)
-    with signals_interrupt(), tempfile.TemporaryDirectory(prefix="patchtool-verify-") as tmp:
-        scratch = Path(tmp)
-        repos = {s.upstream: s.repo for s in states}
-        packages = {s.upstream: s.packages for s in states}
-        forbidden = [*repos.values(), scratch]
-        pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="verify")
-        futures: list[Future[None]] = []
-        server: ForkServer | None = None
+    with StateRunner(root, python, states, jobs, progress, fork_server) as runner:
+        runner.run(states)
+
+
+class StateRunner:
+    """One scratch directory, one series tree per upstream and one fork server for several
+    rounds of states (verify's suite round, then the gates' baselines and attributions, which
+    depend on what the first round found). Interruptions kill every state and remove the trees.
+
+    `upstreams`: states naming every upstream (repo and import roots) the rounds will use.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        python: Path,
+        upstreams: list[VerifyState],
+        jobs: int,
+        progress: bool,
+        fork_server: bool = True,
+    ) -> None:
+        self.root, self.python, self.progress = root, python, progress
+        self.repos = {s.upstream: s.repo for s in upstreams}
+        self.packages = {s.upstream: s.packages for s in upstreams}
+        self.jobs, self.fork_server = max(1, jobs), fork_server
+        self._stack = ExitStack()
+        self.server: ForkServer | None = None
+        self.trees: dict[str, Path] = {}
+        self.rounds = 0
+
+    def __enter__(self) -> StateRunner:
+        self._stack.enter_context(signals_interrupt())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is not None:
+            self._abort()
+        self._stack.close()
+
+    def _start(self) -> None:
+        """The scratch directory, the series trees and the server: at the first round that
+        runs anything (a warm verify reads every state back and starts nothing)."""
+        self.scratch = Path(
+            self._stack.enter_context(tempfile.TemporaryDirectory(prefix="patchtool-verify-"))
+        )
+        self.forbidden = [*self.repos.values(), self.scratch]
+        self.pool = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="verify")
+        self._stack.callback(self.pool.shutdown, wait=True, cancel_futures=True)
+        say(
+            self.progress, f"scratch trees of {', '.join(self.repos)} (the checkouts are only read)"
+        )
+        made = {
+            name: self.pool.submit(
+                _compiled_series_tree, self.python, repo, self.scratch / name / "series"
+            )
+            for name, repo in self.repos.items()
+        }
+        if self.fork_server:
+            self.server = _start_server(
+                self.root, self.python, self.scratch, self.forbidden, self.packages, self.progress
+            )
+            self._stack.callback(self.server.close)
+        self.trees = {name: future.result() for name, future in made.items()}
+
+    def _abort(self) -> None:
+        if self.server is not None:
+            self.server.kill()
+        kill_children()
+        self._stack.close()
+
+    def run(self, states: list[VerifyState]) -> None:
+        """Run one round of states, up to `jobs` at once; returns when all have ended."""
+        if not states:
+            return
+        if not self.rounds:
+            self._start()
+        self.rounds += 1
+        runner = _Runner(self.root, self.python, self.server)
+        say(self.progress, f"running {len(states)} states, {self.jobs} at a time")
+        futures = [
+            self.pool.submit(self._one, runner, f"{self.rounds}-{i}", s)
+            for i, s in enumerate(states)
+        ]
         try:
-            say(progress, f"scratch trees of {', '.join(repos)} (the checkouts are only read)")
-            made = {
-                name: pool.submit(_compiled_series_tree, python, repo, scratch / name / "series")
-                for name, repo in repos.items()
-            }
-            if fork_server:
-                server = _start_server(root, python, scratch, forbidden, packages, progress)
-            trees = {name: future.result() for name, future in made.items()}
-            runner = _Runner(root, python, server)
-            say(progress, f"running {len(states)} states, {jobs} at a time")
-
-            def one(index: int, state: VerifyState) -> None:
-                own = dict(trees)
-                if state.reversed_patches:
-                    dest = scratch / state.upstream / state.tree_name(index)
-                    own[state.upstream] = reversed_tree(
-                        trees[state.upstream], state.reversed_patches, dest, state.exclude
-                    )
-                report = scratch / "reports" / f"{index}.txt"
-                report.parent.mkdir(exist_ok=True)
-                env = state_env(own, packages, forbidden, report)
-                runner.run(state, own[state.upstream], env, report)
-                say(progress, f"{state.label}: {state.seconds:.1f} s wall, {state.cpu_s:.1f} s CPU")
-
-            futures = [pool.submit(one, i, s) for i, s in enumerate(states)]
             for future in futures:
                 future.result()
         except BaseException:
             for future in futures:
                 future.cancel()
-            if server is not None:
-                server.kill()
-            kill_children()
             raise
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-            if server is not None:
-                server.close()
+
+    def _one(self, runner: _Runner, index: str, state: VerifyState) -> None:
+        own = dict(self.trees)
+        if state.reversed_patches:
+            dest = self.scratch / state.upstream / state.tree_name(index)
+            own[state.upstream] = reversed_tree(
+                self.trees[state.upstream], state.reversed_patches, dest, state.exclude
+            )
+        report = self.scratch / "reports" / f"{index}.txt"
+        report.parent.mkdir(exist_ok=True)
+        env = state_env(own, self.packages, self.forbidden, report)
+        runner.run(state, own[state.upstream], env, report)
+        say(self.progress, f"{state.label}: {state.seconds:.1f} s wall, {state.cpu_s:.1f} s CPU")
 
 
 def _compiled_series_tree(python: Path, repo: Path, dest: Path) -> Path:
