@@ -3,8 +3,9 @@
 
 Why one pool: every state is one process on scratch trees; running them together keeps both
 cores busy (the upstream suites import megatron-core afresh, ~20 s of CPU each, and cannot be
-preloaded by the fork server). The gate's baseline runs in a second round, once the series
-run has said which tests do not pass there (baseline.py): only those can be broken. A last,
+preloaded by the fork server). Each gate's baseline runs right after its series run, in the
+same slot, once that run has said which tests do not pass there (baseline.py, baseline_round.py):
+only those can be broken. A last,
 small round runs only when the gate finds broken tests: those tests on each prefix of the
 series, to name the patch that broke each.
 """
@@ -18,9 +19,9 @@ from pathlib import Path
 from ..core.manifest import Upstream
 from ..core.test_suites import UpstreamSuite, load_suites
 from . import state_cache
-from .baseline import passed_on_series
+from .baseline_round import BaselineRound
 from .regression import Gate, attribute, attribution_states, gate_of
-from .states import StateRunner, VerifyState, say
+from .states import Follow, StateRunner, VerifyState, say
 from .tripwire import Proof, TripwirePlan, fold_plan, plan_upstream
 from .upstream_proof import SuitePlan, UpstreamProof, fold_suite, plan_suite
 
@@ -105,7 +106,10 @@ def verify_stack(
         else None
     )
     suite_states = [s for plan in suites for s in plan.states]
-    later = [] if opts.full_baseline else [p.before for p in suites if p.before and p.after]
+    baselines = BaselineRound(
+        [] if opts.full_baseline else suites, root, inputs, opts.fresh, progress
+    )
+    later = baselines.states
     # Longest first, as far as can be told before running: the suite runs (many files), then
     # states with more nodes, then left-out states (their tests fail slowly).
     ordered = sorted(
@@ -115,8 +119,9 @@ def verify_stack(
     everything = [*ordered, *later]
     dropped: list[str] = []
     with StateRunner(root, python, everything, opts.jobs, progress, opts.fork_server) as runner:
-        _run_cached(runner, root, ordered, opts, inputs, dropped)
-        _run_baselines(runner, root, suites, later, opts, inputs, dropped)
+        _run_cached(runner, root, ordered, opts, inputs, dropped, baselines.after_ran)
+        baselines.run_rest(runner)
+        baselines.store(dropped)
         if inputs is not None:
             result.notes += _cache_notes(everything, dropped)
         result.seconds = _seconds(tripwire_states, suite_states)
@@ -145,19 +150,20 @@ def _run_cached(
     opts: Options,
     inputs: state_cache.KeyInputs | None,
     dropped: list[str],
+    follow: Follow | None = None,
 ) -> None:
     """Run `states`, reading back those whose outcomes the cache holds under their key
     (state_cache.py) and keeping what ran for the next verify (the labels of runs not worth
-    keeping go to `dropped`); `inputs` None: no cache."""
+    keeping go to `dropped`); `inputs` None: no cache. `follow`: see StateRunner.run."""
     if inputs is None:
-        runner.run(states)
+        runner.run(states, follow)
         return
     keys = [state_cache.state_key(s, inputs) for s in states]
     for state, key in zip(states, keys, strict=True):
         outcomes = None if opts.fresh else state_cache.load(root, state.upstream, key)
         if outcomes is not None:
             state.outcomes, state.cached = outcomes, True
-    runner.run([s for s in states if not s.cached])
+    runner.run([s for s in states if not s.cached], follow)
     dropped += [
         state.label
         for state, key in zip(states, keys, strict=True)
@@ -179,29 +185,6 @@ def _cache_notes(states: list[VerifyState], dropped: list[str]) -> list[str]:
             f"proves nothing): {', '.join(dropped[:3])}{' ...' if len(dropped) > 3 else ''}"
         )
     return notes
-
-
-def _run_baselines(
-    runner: StateRunner,
-    root: Path,
-    suites: list[SuitePlan],
-    baselines: list[VerifyState],
-    opts: Options,
-    inputs: state_cache.KeyInputs | None,
-    dropped: list[str],
-) -> None:
-    """The second round: each gate's baseline, less the tests that passed on the series."""
-    for plan in suites:
-        before, after = plan.before, plan.after
-        if before is None or after is None or all(before is not b for b in baselines):
-            continue
-        before.skip = passed_on_series(after.outcomes)
-        say(
-            runner.progress,
-            f"{plan.suite.upstream}: the baseline leaves out the {len(before.skip)} gate "
-            "tests that pass on the series (--full-baseline runs them)",
-        )
-    _run_cached(runner, root, baselines, opts, inputs, dropped)
 
 
 def _attribute(

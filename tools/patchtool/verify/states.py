@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 import tomllib
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -200,6 +201,10 @@ def run_states(
         runner.run(states)
 
 
+# Called as a state ends, in its pool slot: the states that may run now (a gate's baseline).
+Follow = Callable[[VerifyState], list[VerifyState]]
+
+
 class StateRunner:
     """One scratch directory, one series tree per upstream and one fork server for several
     rounds of states (verify's suite round, then the gates' baselines and attributions, which
@@ -266,8 +271,9 @@ class StateRunner:
         kill_children()
         self._stack.close()
 
-    def run(self, states: list[VerifyState]) -> None:
-        """Run one round of states, up to `jobs` at once; returns when all have ended."""
+    def run(self, states: list[VerifyState], follow: Follow | None = None) -> None:
+        """Run one round of states, up to `jobs` at once; returns when all have ended.
+        `follow(state)`, called as each state ends, names states to run next in its slot."""
         if not states:
             return
         if not self.rounds:
@@ -276,7 +282,7 @@ class StateRunner:
         runner = _Runner(self.root, self.python, self.server)
         say(self.progress, f"running {len(states)} states, {self.jobs} at a time")
         futures = [
-            self.pool.submit(self._one, runner, f"{self.rounds}-{i}", s)
+            self.pool.submit(self._one, runner, f"{self.rounds}-{i}", s, follow)
             for i, s in enumerate(states)
         ]
         try:
@@ -287,7 +293,7 @@ class StateRunner:
                 future.cancel()
             raise
 
-    def _one(self, runner: _Runner, index: str, state: VerifyState) -> None:
+    def _one(self, runner: _Runner, index: str, state: VerifyState, follow: Follow | None) -> None:
         own = dict(self.trees)
         if state.reversed_patches:
             dest = self.scratch / state.upstream / state.tree_name(index)
@@ -299,6 +305,8 @@ class StateRunner:
         env = state_env(own, self.packages, self.forbidden, report)
         runner.run(state, own[state.upstream], env, report)
         say(self.progress, f"{state.label}: {state.seconds:.1f} s wall, {state.cpu_s:.1f} s CPU")
+        for k, then in enumerate(follow(state) if follow else []):
+            self._one(runner, f"{index}-{k}", then, None)
 
 
 def _compiled_series_tree(python: Path, repo: Path, dest: Path) -> Path:
