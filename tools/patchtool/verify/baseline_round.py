@@ -27,12 +27,12 @@ class BaselineRound:
         progress: bool,
     ) -> None:
         self.root, self.inputs, self.fresh, self.progress = root, inputs, fresh, progress
-        self.states = [p.before for p in plans if p.before is not None and p.after is not None]
         self._waiting = {
             id(p.after): (p.after, p.before)
             for p in plans
             if p.before is not None and p.after is not None
         }
+        self.states = [before for _, before in self._waiting.values()]
 
     def after_ran(self, state: VerifyState) -> list[VerifyState]:
         """Called in the pool when `state` ended: its baseline, if it has one still to run."""
@@ -47,14 +47,8 @@ class BaselineRound:
 
     def store(self, dropped: list[str]) -> None:
         """Keep each baseline that ran for the next verify (else its label goes to `dropped`)."""
-        if self.inputs is None:
-            return
-        for state in self.states:
-            key = state_cache.state_key(state, self.inputs)
-            if not state.cached and not state_cache.store(
-                self.root, state.upstream, key, state.outcomes
-            ):
-                dropped.append(state.label)
+        if self.inputs is not None:
+            dropped += state_cache.keep_ran(self.root, self.states, self.inputs)
 
     def _ready(self, after: VerifyState, before: VerifyState) -> list[VerifyState]:
         """`before` less what passed on the series: [] when the cache holds its outcomes."""
@@ -64,10 +58,6 @@ class BaselineRound:
             f"{before.upstream}: the baseline leaves out the {len(before.skip)} gate tests "
             "that pass on the series (--full-baseline runs them)",
         )
-        if self.inputs is not None and not self.fresh:
-            key = state_cache.state_key(before, self.inputs)
-            outcomes = state_cache.load(self.root, before.upstream, key)
-            if outcomes is not None:
-                before.outcomes, before.cached = outcomes, True
-                return []
-        return [before]
+        inputs = None if self.fresh else self.inputs
+        read = inputs is not None and state_cache.read_back(self.root, before, inputs)
+        return [] if read else [before]

@@ -158,17 +158,11 @@ def _run_cached(
     if inputs is None:
         runner.run(states, follow)
         return
-    keys = [state_cache.state_key(s, inputs) for s in states]
-    for state, key in zip(states, keys, strict=True):
-        outcomes = None if opts.fresh else state_cache.load(root, state.upstream, key)
-        if outcomes is not None:
-            state.outcomes, state.cached = outcomes, True
+    if not opts.fresh:
+        for state in states:
+            state_cache.read_back(root, state, inputs)
     runner.run([s for s in states if not s.cached], follow)
-    dropped += [
-        state.label
-        for state, key in zip(states, keys, strict=True)
-        if not state.cached and not state_cache.store(root, state.upstream, key, state.outcomes)
-    ]
+    dropped += state_cache.keep_ran(root, states, inputs)
 
 
 def _cache_notes(states: list[VerifyState], dropped: list[str]) -> list[str]:

@@ -244,3 +244,22 @@ def store(root: Path, upstream: str, key: str, outcomes: Outcomes) -> bool:
     tmp.write_text(json.dumps({"by_node": outcomes.by_node, "tail": outcomes.tail}, indent=1))
     tmp.replace(path)
     return True
+
+
+def read_back(root: Path, state: VerifyState, inputs: KeyInputs) -> bool:
+    """Give `state` its cached outcomes if the cache holds them; whether it did."""
+    outcomes = load(root, state.upstream, state_key(state, inputs))
+    if outcomes is not None:
+        state.outcomes, state.cached = outcomes, True
+    return state.cached
+
+
+def keep_ran(root: Path, states: list[VerifyState], inputs: KeyInputs) -> list[str]:
+    """Keep each of `states` that ran (was not read back) for the next verify; the labels of
+    those not worth keeping (store)."""
+    return [
+        state.label
+        for state in states
+        if not state.cached
+        and not store(root, state.upstream, state_key(state, inputs), state.outcomes)
+    ]
