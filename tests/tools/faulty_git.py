@@ -7,12 +7,16 @@ am` runs for real, then the wrapper reports git's own ENOSPC message and fails, 
 found while writing would (simulated: the disk is not full). `fsize_am`: `git am` runs for
 real under `ulimit -f 1` (a 1 KiB file-size limit), so the kernel refuses its writes (EFBIG /
 SIGXFSZ): a real write failure inside git, the nearest to a full disk without root.
+With FAULTY_GIT_MARK=<file>, the wrapper creates that file when an affected `git am` starts, so
+a test can act at that moment rather than at a guess (the git calls before it are real).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import time
 from pathlib import Path
 
 MODES = {
@@ -41,7 +45,17 @@ def install(bin_dir: Path, mode: str) -> dict[str, str]:
         'if [ "$arg" != "am" ]; then exec "$REAL" "$@"; fi\n'
         'case "$PWD" in *"${FAULTY_GIT_ONLY:-}"*) ;; *) exec "$REAL" "$@";; esac\n'
         'case "$*" in *--abort*) exec "$REAL" "$@";; esac\n'
+        'if [ -n "${FAULTY_GIT_MARK:-}" ]; then : > "$FAULTY_GIT_MARK"; fi\n'
         f"{MODES[mode]}\n"
     )
     script.chmod(0o755)
     return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+def wait_for_mark(mark: Path, proc: subprocess.Popen[str], timeout: float = 60) -> None:
+    """Return once the wrapper has created `mark` (an affected `git am` began); fail with the
+    command's output if it ended or timed out first."""
+    deadline = time.monotonic() + timeout
+    while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert mark.exists(), f"git am never started: {proc.communicate()}"

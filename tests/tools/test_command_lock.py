@@ -83,9 +83,18 @@ def test_second_command_refuses_while_an_apply_runs(
 
 def test_a_sigkilled_holder_leaves_no_stuck_lock(sandbox: Sandbox, tmp_path: Path) -> None:
     checkout, pin = _superproject(sandbox)
-    env = dict(os.environ, **faulty_git.install(tmp_path / "bin", "slow_am"), FAULTY_GIT_SLEEP="30")
+    mark = tmp_path / "am-started"
+    env = dict(
+        os.environ,
+        **faulty_git.install(tmp_path / "bin", "slow_am"),
+        FAULTY_GIT_SLEEP="30",
+        FAULTY_GIT_MARK=str(mark),
+    )
     first = _start(sandbox.root, "apply", env=env)
     _wait_for_holder(sandbox.root, first)
+    # Kill while `git am` sleeps, not during the real git calls before it (a checkout killed
+    # mid-write leaves git's own index.lock, which git, not this lock, asks the user to remove).
+    faulty_git.wait_for_mark(mark, first)
     os.killpg(first.pid, signal.SIGKILL)  # the run and its git, as the OOM killer would
     first.communicate()
     assert run(checkout, "rev-parse", "HEAD") == pin  # killed before git am began

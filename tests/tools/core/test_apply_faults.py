@@ -15,7 +15,6 @@ import pytest
 from tests.support.cpu_load import cpu_burners, load_average
 from tests.tools import faulty_git
 from tests.tools.sandbox import REPO_ROOT, Sandbox, lines, run
-from tools.patchtool.command_lock import live_holders
 
 TOOL = [sys.executable, str(REPO_ROOT / "tools" / "patches")]
 
@@ -96,7 +95,13 @@ def test_interrupted_apply_ends_within_seconds_and_restores_the_checkout(
     sandbox.commit()
     checkout = sandbox.root / "3rdparty/Up"
     before = _state(checkout)
-    env = dict(os.environ, **faulty_git.install(tmp_path / "bin", "slow_am"), FAULTY_GIT_SLEEP="60")
+    mark = tmp_path / "am-started"
+    env = dict(
+        os.environ,
+        **faulty_git.install(tmp_path / "bin", "slow_am"),
+        FAULTY_GIT_SLEEP="60",
+        FAULTY_GIT_MARK=str(mark),
+    )
     proc = subprocess.Popen(
         [*TOOL, "--root", str(sandbox.root), "apply"],
         env=env,
@@ -105,12 +110,7 @@ def test_interrupted_apply_ends_within_seconds_and_restores_the_checkout(
         text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not any(
-        h.startswith(f"apply, pid {proc.pid},") for h in live_holders(sandbox.root)
-    ):
-        time.sleep(0.05)
-    time.sleep(1)  # inside the slow `git am`
+    faulty_git.wait_for_mark(mark, proc)  # inside the slow `git am`
     with cpu_burners():
         sent = time.monotonic()
         proc.send_signal(sig)

@@ -336,8 +336,9 @@ def test_an_interrupted_roll_ends_within_seconds_and_changes_nothing(
     before, head = patches_state(root), run(["rev-parse", "HEAD"], root)
     scratch_tmp = tmp_path / "scratch-tmp"
     scratch_tmp.mkdir()
+    mark = tmp_path / "am-started"
     env = dict(os.environ, **faulty_git.install(tmp_path / "bin", "slow_am"))
-    env.update(FAULTY_GIT_SLEEP="60", TMPDIR=str(scratch_tmp))
+    env.update(FAULTY_GIT_SLEEP="60", TMPDIR=str(scratch_tmp), FAULTY_GIT_MARK=str(mark))
     tool = [sys.executable, str(REPO_ROOT / "tools" / "patches"), "--root", str(root)]
     proc = subprocess.Popen(
         [*tool, "roll", "--no-tripwires"],
@@ -347,10 +348,7 @@ def test_an_interrupted_roll_ends_within_seconds_and_changes_nothing(
         text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
-    deadline = time.monotonic() + 60
-    while not list(scratch_tmp.glob("patches-pin-Megatron-LM-*")) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(1)  # inside the slow `git am`
+    faulty_git.wait_for_mark(mark, proc)  # inside the slow `git am`
     with cpu_burners():
         sent = time.monotonic()
         proc.send_signal(signal.SIGINT)
