@@ -42,6 +42,14 @@ def cpu_overrides(config: RunConfig, workers: int, output_dir: Path) -> list[str
         "grpo.seed": g.seed,
         "grpo.normalize_rewards": g.advantage_normalize_rewards,
         "grpo.use_leave_one_out_baseline": g.advantage_leave_one_out,
+        "grpo.overlong_filtering": g.overlong_filtering,
+        "grpo.reward_shaping.enabled": g.reward_shaping.enabled,
+        "grpo.reward_shaping.overlong_buffer_length": g.reward_shaping.overlong_buffer_length,
+        "grpo.reward_shaping.overlong_buffer_penalty": g.reward_shaping.overlong_buffer_penalty,
+        "grpo.reward_shaping.max_response_length": g.reward_shaping.max_response_length,
+        "grpo.reward_shaping.stop_properly_penalty_coef": (
+            g.reward_shaping.stop_properly_penalty_coef
+        ),
         # Validation samples greedily; the worker's sampler has no greedy mode.
         "grpo.val_period": 0,
         "grpo.val_at_start": False,

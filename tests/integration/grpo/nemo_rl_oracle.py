@@ -4,7 +4,8 @@
 3rdparty/NeMo-RL (never installed) and evaluates every case of CASES.pt with NeMo-RL's real
 functions -- `ClippedPGLossFn` (value, gradient, metrics, `metric_normalizations`),
 `calculate_kl`, `masked_mean`, `calculate_baseline_and_std_per_prompt`,
-`GRPOAdvantageEstimator` -- in float64, and writes the results to OUT.pt.
+`GRPOAdvantageEstimator`, `apply_reward_shaping` -- in float64, and writes the results to
+OUT.pt.
 
 A subprocess, because importing NeMo-RL has process-wide side effects (logging.basicConfig,
 ``RAY_ENABLE_UV_RUN_RUNTIME_ENV=0`` and ``RAY_USAGE_STATS_ENABLED=0`` in os.environ, patches
@@ -59,7 +60,12 @@ def _import_nemo_rl() -> dict[str, Any]:
         estimators = importlib.import_module("nemo_rl.algorithms.advantage_estimator")
         losses = importlib.import_module("nemo_rl.algorithms.loss.loss_functions")
         utils = importlib.import_module("nemo_rl.algorithms.utils")
+        shaping = importlib.import_module("nemo_rl.algorithms.reward_functions")
+        batched = importlib.import_module("nemo_rl.distributed.batched_data_dict")
     return {
+        "BatchedDataDict": batched.BatchedDataDict,
+        "RewardShapingConfig": shaping.RewardShapingConfig,
+        "apply_reward_shaping": shaping.apply_reward_shaping,
         "AdvEstimatorConfig": estimators.AdvEstimatorConfig,
         "GRPOAdvantageEstimator": estimators.GRPOAdvantageEstimator,
         "ClippedPGLossConfig": losses.ClippedPGLossConfig,
@@ -128,7 +134,20 @@ def _advantage_case(nrl: dict[str, Any], case: dict[str, Any]) -> dict[str, Any]
     return {"baseline": baseline, "std": std, "advantages": advantages}
 
 
+def _reward_shaping_case(nrl: dict[str, Any], case: dict[str, Any]) -> dict[str, Any]:
+    batch = nrl["BatchedDataDict"](
+        {
+            "total_reward": case["rewards"].clone(),
+            "truncated": case["truncated"],
+            "response_token_lengths": case["lengths"],
+        }
+    )
+    shaped = nrl["apply_reward_shaping"](batch, nrl["RewardShapingConfig"](**case["cfg"]))
+    return {"rewards": shaped["total_reward"]}
+
+
 _KINDS = {
+    "reward_shaping": _reward_shaping_case,
     "loss": _loss_case,
     "kl": _kl_case,
     "masked_mean": _masked_mean_case,

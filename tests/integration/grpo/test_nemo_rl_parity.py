@@ -11,7 +11,9 @@ subprocess (`nemo_rl_oracle.py`, which lists the modules it stubs and why):
   the global count at the end, metrics rescaled with NeMo-RL's `metric_normalizations`);
 - `calculate_kl` (k1/k2/k3 x clamp settings) and `masked_mean`;
 - `calculate_baseline_and_std_per_prompt` and `GRPOAdvantageEstimator` (leave-one-out
-  on/off x std normalisation on/off, binary/continuous rewards, groups of 1..6, shuffled).
+  on/off x std normalisation on/off, binary/continuous rewards, groups of 1..6, shuffled);
+- `apply_reward_shaping` (`grpo.reward_shaping`: off, the stop-properly penalty at 0 and
+  0.5, DAPO's overlong penalty, which the penalty coefficient overrides).
 
 When the NeMo-RL pin moves, these tests say whether our maths drifted from it.
 """
@@ -36,6 +38,7 @@ from mcore_grpo.grpo.algorithm.loss import (
     masked_mean,
     metric_normalizers,
 )
+from mcore_grpo.grpo.algorithm.reward_shaping import RewardShapingConfig, shape_rewards
 from mcore_grpo.grpo.driver.metrics import rollout_metrics
 from mcore_grpo.worker.batch import loss_mask, valid_count
 
@@ -189,7 +192,35 @@ def build_cases() -> dict[str, dict[str, Any]]:
             "leave_one_out": loo,
             "normalize": norm,
         }
+    for name, cfg in REWARD_SHAPINGS.items():
+        rewards, cut, lengths = reward_shaping_inputs()
+        cases[f"shaping-{name}"] = {
+            "kind": "reward_shaping",
+            "cfg": cfg,
+            "rewards": rewards,
+            "truncated": cut,
+            "lengths": lengths,
+        }
     return cases
+
+
+DAPO = {"overlong_buffer_length": 8, "overlong_buffer_penalty": 0.5, "max_response_length": 48}
+REWARD_SHAPINGS: dict[str, dict[str, Any]] = {
+    "off": {"enabled": False, **DAPO},
+    "stop0": {"enabled": True, "stop_properly_penalty_coef": 0.0},
+    "stop0.5": {"enabled": True, "stop_properly_penalty_coef": 0.5},
+    "dapo": {"enabled": True, **DAPO},
+    "stop-over-dapo": {"enabled": True, "stop_properly_penalty_coef": 0.25, **DAPO},
+}
+
+
+def reward_shaping_inputs() -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    """Rewards, truncation and lengths of 8 responses: truncated ones that scored 1 and 0,
+    lengths below, inside and past DAPO's buffer (40..48 of a 48-token budget)."""
+    rewards = torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 0.5, 1.0, 0.0], dtype=torch.float64)
+    cut = torch.tensor([False, False, True, True, False, False, True, False])
+    lengths = [12, 39, 48, 48, 41, 44, 48, 30]
+    return rewards, cut, lengths
 
 
 KL_CLAMPS = {"default": (20.0, 10.0), "none": (None, None), "in5": (5.0, None), "out2": (None, 2.0)}
@@ -426,3 +457,13 @@ def test_groups_with_reward_signal_are_those_nemo_rl_dynamic_sampling_keeps(
         assert 0 < kept < groups  # both kinds present: the comparison can fail
     ours = rollout_metrics(rewards.tolist(), size, [3] * len(rewards))
     assert ours["frac_groups_with_reward_signal"] == kept / groups
+
+
+@pytest.mark.parametrize("name", list(REWARD_SHAPINGS))
+def test_reward_shaping_matches_nemo_rl(oracle: dict[str, dict[str, Any]], name: str) -> None:
+    rewards, cut, lengths = reward_shaping_inputs()
+    ours = shape_rewards(rewards, lengths, cut, RewardShapingConfig(**REWARD_SHAPINGS[name]))
+    theirs = oracle[f"shaping-{name}"]["rewards"]
+    assert _diff(ours, theirs) <= TOL, (ours, theirs)
+    if name != "off":
+        assert not torch.equal(torch.as_tensor(theirs), rewards)  # the case shapes something

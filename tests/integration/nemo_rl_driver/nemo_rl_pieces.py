@@ -118,6 +118,14 @@ def config_and_interfaces() -> dict[str, Any]:
         master = master_config(load_config(), 2, Path(tmp), task_tokenizer())
         limited = load_config(overrides=["checkpointing.checkpoint_must_save_by=00:01:02:03"])
         limit = master_config(limited, 2, Path(tmp), task_tokenizer()).checkpointing
+        stopping = load_config(
+            overrides=[
+                "grpo.reward_shaping.enabled=true",
+                "grpo.reward_shaping.stop_properly_penalty_coef=0.25",
+                "grpo.overlong_filtering=true",
+            ]
+        )
+        shaped = master_config(stopping, 2, Path(tmp), task_tokenizer()).grpo
     gen = master.policy["generation"]
     policy = object.__new__(NemoRLPolicy)
     nothing: Any = None  # each call must refuse before it reads its data
@@ -150,6 +158,9 @@ def config_and_interfaces() -> dict[str, Any]:
         "unsupported_listed": sorted(UNSUPPORTED),
         "checkpoint_must_save_by": limit["checkpoint_must_save_by"],
         "default_must_save_by": master.checkpointing.get("checkpoint_must_save_by"),
+        "reward_shaping": dict(shaped.reward_shaping),
+        "overlong_filtering": shaped.overlong_filtering,
+        "default_reward_shaping": dict(master.grpo.reward_shaping),
     }
 
 

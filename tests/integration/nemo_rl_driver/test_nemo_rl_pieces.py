@@ -70,3 +70,8 @@ def test_master_config_and_interfaces(pieces: dict[str, Any]) -> None:
     # NeMo-RL's own key reaches its grpo_train as the user typed it (its TimeoutChecker reads it)
     assert cfg["checkpoint_must_save_by"] == "00:01:02:03"
     assert cfg["default_must_save_by"] is None
+    # grpo.reward_shaping and grpo.overlong_filtering reach NeMo-RL's grpo_train as typed.
+    assert cfg["reward_shaping"]["enabled"] is True
+    assert cfg["reward_shaping"]["stop_properly_penalty_coef"] == 0.25
+    assert cfg["overlong_filtering"] is True
+    assert cfg["default_reward_shaping"]["enabled"] is False

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mcore_grpo.grpo.algorithm.loss import ClippedPGLossConfig
+from mcore_grpo.grpo.algorithm.reward_shaping import RewardShapingConfig
 from mcore_grpo.grpo.config.deadline import must_save_by_seconds
 
 
@@ -63,6 +64,11 @@ class GRPOSection:
     use_leave_one_out_baseline: bool = True
     seed: int = 42
     adv_estimator: AdvEstimatorSection = field(default_factory=AdvEstimatorSection)
+    # NeMo-RL's keys for responses that spent the token budget without a stop token:
+    # their reward scaled or length-penalised (`reward_shaping`), or their loss dropped
+    # (`overlong_filtering`); `mcore_grpo.grpo.algorithm.reward_shaping`.
+    reward_shaping: RewardShapingConfig = field(default_factory=RewardShapingConfig)
+    overlong_filtering: bool = False
     # Held-out evaluation (math tasks), NeMo-RL's keys: greedy accuracy on the eval split
     # before step 1, every val_period steps (0: never) and after the last step; at most
     # max_val_samples problems, val_batch_size prompts per generate call.

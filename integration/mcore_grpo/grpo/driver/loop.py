@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from mcore_grpo.grpo.algorithm.advantages import group_advantages
+from mcore_grpo.grpo.algorithm.reward_shaping import loss_multipliers, shape_rewards, truncated
 from mcore_grpo.grpo.config.config_loader import dump_yaml
 from mcore_grpo.grpo.config.deadline import Deadline, must_save_by_seconds
 from mcore_grpo.grpo.config.schema import RunConfig, check_data_parallel
@@ -37,10 +38,12 @@ from mcore_grpo.grpo.driver.metrics import (
     rollout_metrics,
     step_line,
     train_metrics,
+    truncation_metrics,
 )
 from mcore_grpo.grpo.driver.metrics_plot import plot_metrics
 from mcore_grpo.grpo.ranks.messages import GenerateResult, GroupSpec, TrainResult, TrainShard
 from mcore_grpo.grpo.ranks.runner import Runner
+from mcore_grpo.grpo.ranks.worker_settings import stop_token_ids
 from mcore_grpo.grpo.tasks.evaluation import Evaluator
 from mcore_grpo.grpo.tasks.task import Task
 
@@ -142,7 +145,11 @@ class GRPOLoop:
                 f"policy.max_total_sequence_length={config.policy.max_total_sequence_length}"
             )
         self.signature = checkpoint.model_signature(config.to_dict(), task.vocab_size)
-        self.evaluator = Evaluator(task, config.grpo.max_val_samples)
+        self.evaluator = Evaluator(
+            task,
+            config.grpo.max_val_samples,
+            stop_token_ids(config.policy.generation, task.eos_id),
+        )
         self.current_step: int | None = None  # the step being run (named when a run aborts)
         # The run's last step: grpo.max_num_steps, or earlier by checkpoint_must_save_by.
         self.last_step = config.grpo.max_num_steps
@@ -160,7 +167,10 @@ class GRPOLoop:
         _injected_kill("step", step)
         sample_problems: list[Any] = [p for p in problems for _ in range(n)]
 
-        rewards = torch.tensor(self.task.rewards(responses, sample_problems), dtype=torch.float32)
+        scores = torch.tensor(self.task.rewards(responses, sample_problems), dtype=torch.float32)
+        lengths = [len(r) for r in responses]
+        cut = truncated(responses, stop_token_ids(cfg.policy.generation, self.task.eos_id))
+        rewards = shape_rewards(scores, lengths, cut, cfg.grpo.reward_shaping)
         group_ids = torch.arange(len(problems)).repeat_interleave(n)
         advantages = group_advantages(
             rewards,
@@ -169,12 +179,15 @@ class GRPOLoop:
             normalize=cfg.grpo.advantage_normalize_rewards,
         )
 
-        rank_shards = self._train_shards(sample_problems, responses, advantages, gen_logprobs)
+        weights = loss_multipliers(cut, cfg.grpo.overlong_filtering)
+        rank_shards = self._train_shards(
+            sample_problems, responses, advantages, gen_logprobs, weights
+        )
         results: list[TrainResult] = self.runner.call(
             "train", [(step, shards, self.seq_len) for shards in rank_shards]
         )
         replica_results = self.layout.per_replica(results)
-        exact = float((rewards == 1.0).float().mean())
+        exact = float((scores == 1.0).float().mean())
         training = train_metrics(replica_results)
         record: dict[str, Any] = {
             "step": step,
@@ -183,8 +196,9 @@ class GRPOLoop:
             "accuracy": exact,
             "position_accuracy": self.task.position_accuracy(responses, sample_problems),
             **training,
-            "response_tokens_mean": sum(len(r) for r in responses) / len(responses),
-            **rollout_metrics(rewards.tolist(), n, [len(r) for r in responses]),
+            "response_tokens_mean": sum(lengths) / len(responses),
+            **rollout_metrics(rewards.tolist(), n, lengths),
+            **truncation_metrics(cut, scores),
             "generation_time_s": generation_time,
             "logprob_time_s": max(r.logprob_time_s for r in results),
             "training_time_s": max(r.training_time_s for r in results),
@@ -218,6 +232,7 @@ class GRPOLoop:
         responses: list[list[int]],
         advantages: torch.Tensor,
         gen_logprobs: list[list[float]],
+        weights: list[float],
     ) -> list[list[TrainShard]]:
         """`[r][k]`: rank r's slice of optimizer step k (global batches cut evenly over DP)."""
         gbs = self.config.policy.train_global_batch_size
@@ -230,6 +245,7 @@ class GRPOLoop:
                     responses=[responses[i] for i in part],
                     advantages=[float(advantages[i]) for i in part],
                     generation_logprobs=[gen_logprobs[i] for i in part],
+                    sample_mask=[weights[i] for i in part],
                 )
                 for part in split_even(idx, self.dp)
             ]

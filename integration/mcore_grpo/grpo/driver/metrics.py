@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from mcore_grpo.grpo.ranks.messages import TrainResult
 
 # Keys every metrics.jsonl record carries (the issue's contract plus the time split).
@@ -100,6 +102,19 @@ def rollout_metrics(
     return {
         "mean_gen_tokens_per_sample": sum(response_lengths) / len(response_lengths),
         "frac_groups_with_reward_signal": varied / len(groups),
+    }
+
+
+def truncation_metrics(is_truncated: torch.Tensor, scores: torch.Tensor) -> dict[str, float]:
+    """NeMo-RL's ``truncation_rate`` (the share of samples that spent the token budget without
+    a stop token) and this project's ``truncated_correct_rate``: the share of samples that did
+    not stop yet the verifier scored correct (before any shaping). When that share is not 0,
+    not stopping costs nothing: a verifier reading the last answer line pays a response cut
+    off after it (`mcore_grpo.grpo.algorithm.reward_shaping`)."""
+    n = len(is_truncated)
+    return {
+        "truncation_rate": float(is_truncated.sum()) / n,
+        "truncated_correct_rate": float((is_truncated & (scores == 1.0)).sum()) / n,
     }
 
 

@@ -55,6 +55,9 @@ class TrainShard:
     responses: list[list[int]]
     advantages: list[float]
     generation_logprobs: list[list[float]]
+    # Each sample's weight in the loss (NeMo-RL's loss_multiplier): 0 drops it, as
+    # grpo.overlong_filtering does a truncated response; None: every sample counts.
+    sample_mask: list[float] | None = None
 
 
 @dataclass(frozen=True)

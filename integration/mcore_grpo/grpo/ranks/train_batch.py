@@ -18,9 +18,14 @@ from mcore_grpo.worker.batch import loss_mask
 
 
 def build_batch(
-    prompts: list[list[int]], responses: list[list[int]], seq_len: int, pad_id: int
+    prompts: list[list[int]],
+    responses: list[list[int]],
+    seq_len: int,
+    pad_id: int,
+    sample_mask: list[float] | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Right-padded [B, seq_len] training rows: prompt + response, response tokens masked in."""
+    """Right-padded [B, seq_len] training rows: prompt + response, response tokens masked in;
+    `sample_mask` weights whole rows (None: all 1)."""
     rows = len(prompts)
     input_ids = torch.full((rows, seq_len), pad_id, dtype=torch.long)
     attention = torch.zeros(rows, seq_len, dtype=torch.long)
@@ -39,7 +44,11 @@ def build_batch(
         "input_ids": input_ids,
         "attention_mask": attention,
         "token_mask": token_mask,
-        "sample_mask": torch.ones(rows, dtype=torch.long),
+        "sample_mask": (
+            torch.ones(rows, dtype=torch.long)
+            if sample_mask is None
+            else torch.tensor(sample_mask, dtype=torch.float32)
+        ),
     }
 
 
@@ -79,7 +88,7 @@ def shard_batch(
 ) -> dict[str, torch.Tensor]:
     """The training batch of one shard, with its advantages and the sampler's logprobs, on
     `device` (the worker's: one host-to-device copy per tensor, here, not per forward)."""
-    batch = build_batch(shard.prompts, shard.responses, seq_len, pad_id) | {
+    batch = build_batch(shard.prompts, shard.responses, seq_len, pad_id, shard.sample_mask) | {
         "advantages": torch.tensor(shard.advantages, dtype=torch.float32),
         "generation_logprobs": aligned_logprobs(shard.prompts, shard.generation_logprobs, seq_len),
     }

@@ -7,7 +7,7 @@ setting the worker can honour reaches it (the worker refuses the ones it cannot)
 
 from __future__ import annotations
 
-from mcore_grpo.grpo.config.schema import RunConfig
+from mcore_grpo.grpo.config.schema import GenerationSection, RunConfig
 from mcore_grpo.grpo.ranks.messages import TaskTokens
 from mcore_grpo.worker.config import (
     DDPConfig,
@@ -113,10 +113,16 @@ def _moe(config: RunConfig) -> MoEConfig | None:
     )
 
 
+def stop_token_ids(generation: GenerationSection, eos_id: int) -> tuple[int, ...]:
+    """The tokens that end a response: `policy.generation.stop_token_ids`, else the task's EOS."""
+    stops = generation.stop_token_ids
+    return tuple(stops) if stops is not None else (eos_id,)
+
+
 def sampling_params(config: RunConfig, tokens: TaskTokens) -> SamplingParams:
     """The worker's sampling settings: `policy.generation.*`, EOS as the default stop."""
     g = config.policy.generation
-    stops = tuple(g.stop_token_ids) if g.stop_token_ids is not None else (tokens.eos_id,)
+    stops = stop_token_ids(g, tokens.eos_id)
     return SamplingParams(
         temperature=g.temperature,
         top_p=g.top_p,

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from mcore_grpo.grpo.algorithm.reward_shaping import truncated
 from mcore_grpo.grpo.tasks.task import Task
 
 SAMPLES_FILE = "validation_samples.jsonl"
@@ -44,8 +45,13 @@ def question_of(problem: Any) -> dict[str, str]:
 class Evaluator:
     """The held-out problems of a task (its ``eval`` split, at most `max_samples`)."""
 
-    def __init__(self, task: Task, max_samples: int) -> None:
+    def __init__(
+        self, task: Task, max_samples: int, stop_token_ids: Sequence[int] | None = None
+    ) -> None:
+        """`stop_token_ids`: what ends a response; given, a grade also says how many responses
+        ran to the token budget instead (``validation/truncation_rate``)."""
         self.task = task
+        self.stop_token_ids = tuple(stop_token_ids or ())
         held_out: Sequence[Any] = getattr(task, "eval", None) or []
         self.problems = list(held_out[:max_samples])
 
@@ -89,4 +95,14 @@ class Evaluator:
             "validation/problems": float(len(scores)),
             "validation/response_tokens_mean": sum(len(r) for r in responses) / n,
             **({"validation/answer_stated": sum(stated) / n} if stated else {}),
+            **(
+                {
+                    "validation/truncation_rate": float(
+                        truncated(responses, self.stop_token_ids).sum()
+                    )
+                    / n
+                }
+                if self.stop_token_ids
+                else {}
+            ),
         }

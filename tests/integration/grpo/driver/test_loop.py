@@ -220,3 +220,36 @@ def test_shared_prefix_rows_leave_the_run_unchanged(tmp_path: Path, short: list[
         assert a["mean_gen_tokens_per_sample"] == b["mean_gen_tokens_per_sample"]
         for key in ("loss", "grad_norm", "kl", "approx_entropy"):
             assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-6), (a["step"], key)
+
+
+@pytest.mark.cpu_only(reason=CPU_PRESET)
+def test_responses_that_do_not_stop_are_counted_shaped_and_filtered_as_configured(
+    tmp_path: Path, short: list[str]
+) -> None:
+    """One step of 64 samples, the same samples three ways. The digit task's 2-token budget
+    cuts off every response that has not sampled EOS by then: `truncation_rate` counts them.
+    The task pays 1 only for ``answer <eos>`` (a stopped response) and 0.5 for a cut-off one
+    that starts with the answer, so `truncated_correct_rate` is 0 and the stop-properly
+    penalty at 0 takes the half rewards away; overlong filtering keeps the rewards and drops
+    those samples from the loss, so the update differs."""
+    one = [
+        *short,
+        "grpo.max_num_steps=1",
+        "grpo.num_prompts_per_step=8",
+        "grpo.num_generations_per_prompt=8",
+        "policy.train_global_batch_size=32",
+    ]
+    _run(tmp_path / "plain", one)
+    coef = "grpo.reward_shaping.stop_properly_penalty_coef=0"
+    _run(tmp_path / "shaped", [*one, "grpo.reward_shaping.enabled=true", coef])
+    _run(tmp_path / "filtered", [*one, "grpo.overlong_filtering=true"])
+    (plain,), (shaped,), (filtered,) = (
+        _records(tmp_path / d) for d in ("plain", "shaped", "filtered")
+    )
+    assert 0.0 < plain["truncation_rate"] < 1.0
+    assert shaped["truncation_rate"] == filtered["truncation_rate"] == plain["truncation_rate"]
+    assert plain["truncated_correct_rate"] == 0.0
+    assert plain["accuracy"] == shaped["accuracy"]  # the verifier's own score, before shaping
+    assert shaped["reward_mean"] < plain["reward_mean"]
+    assert filtered["reward_mean"] == plain["reward_mean"]
+    assert filtered["loss"] != plain["loss"]
