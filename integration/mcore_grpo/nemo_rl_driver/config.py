@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mcore_grpo.grpo.config.schema import RunConfig
+from mcore_grpo.grpo.ranks.worker_settings import lr_schedule
 from mcore_grpo.nemo_rl_driver.source import require_nemo_rl
 
 EXAMPLE_CONFIG = Path("examples") / "configs" / "grpo_math_1B_megatron.yaml"
@@ -34,6 +35,7 @@ def cpu_overrides(config: RunConfig, workers: int, output_dir: Path) -> list[str
     """Hydra overrides of NeMo-RL's example config for this run (printed by the CLI)."""
     g, loss, p = config.grpo, config.loss_fn, config.policy
     mc = p.megatron_cfg
+    schedule = lr_schedule(config)
     settings: dict[str, Any] = {
         "grpo.num_prompts_per_step": g.num_prompts_per_step,
         "grpo.num_generations_per_prompt": g.num_generations_per_prompt,
@@ -83,6 +85,14 @@ def cpu_overrides(config: RunConfig, workers: int, output_dir: Path) -> list[str
         "policy.megatron_cfg.apply_rope_fusion": False,
         "policy.megatron_cfg.optimizer.lr": mc.optimizer.lr,
         "policy.megatron_cfg.optimizer.weight_decay": mc.optimizer.weight_decay,
+        "policy.megatron_cfg.optimizer.min_lr": mc.optimizer.min_lr,
+        "policy.megatron_cfg.scheduler.lr_warmup_iters": mc.scheduler.lr_warmup_iters,
+        "policy.megatron_cfg.scheduler.lr_warmup_init": mc.scheduler.lr_warmup_init,
+        "policy.megatron_cfg.scheduler.lr_decay_style": mc.scheduler.lr_decay_style,
+        "policy.megatron_cfg.scheduler.lr_decay_iters": mc.scheduler.lr_decay_iters,
+        "policy.megatron_cfg.scheduler.start_weight_decay": schedule.start_wd,
+        "policy.megatron_cfg.scheduler.end_weight_decay": schedule.end_wd,
+        "policy.megatron_cfg.scheduler.weight_decay_incr_style": schedule.wd_incr_style,
         "policy.megatron_cfg.optimizer.use_distributed_optimizer": mc.optimizer.use_distributed_optimizer,
         "data.shuffle": False,
         "data.num_workers": 0,

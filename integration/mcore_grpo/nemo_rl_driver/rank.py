@@ -41,6 +41,10 @@ def _optimizer_lr_wd(optimizer: Any) -> dict[str, float]:
 class NemoRLRank(PolicyRank):
     """`PolicyRank` with NeMo-RL's worker methods (data in and out as `BatchedDataDict`)."""
 
+    # NeMo-RL's scheduler ticks: one per train() call (its megatron worker's
+    # ``scheduler.step(increment=gbs)``), kept beside the optimizer shard in a checkpoint.
+    schedule_ticks: int = 0
+
     # ---- logprobs -------------------------------------------------------------------
     def _chunked(self, data: Any, reference: bool) -> torch.Tensor:
         batch = worker_batch(data)
@@ -93,6 +97,7 @@ class NemoRLRank(PolicyRank):
             )
         steps = rows // local_gbs
         adapter = NemoRLLossSum(loss_fn, wrap=BatchedDataDict)
+        self.worker.set_schedule(self.schedule_ticks)
         self.worker.loss_sum_fn = adapter
         try:
             losses, metrics, grad_norm, moe = [], [], math.nan, []
@@ -107,6 +112,7 @@ class NemoRLRank(PolicyRank):
                 metrics.extend(adapter.take(toks, seqs, steps, extra))
         finally:
             self.worker.loss_sum_fn = self.loss
+        self.schedule_ticks += 1
         all_mb: dict[str, list[Any]] = {}
         for row in metrics:
             for key, value in row.items():
@@ -161,6 +167,8 @@ class NemoRLRank(PolicyRank):
             written.append(Path(optimizer_path) / name)
             written[1].parent.mkdir(parents=True, exist_ok=True)
             torch.save([o.optimizer.state_dict() for o in self._inner_optimizers()], written[1])
+            written.append(Path(optimizer_path) / f"scheduler_{name}")
+            torch.save({"num_steps": self.schedule_ticks}, written[2])
         return [str(p) for p in written]
 
     def load_checkpoint(self, weights_path: str, optimizer_path: str | None) -> None:
@@ -175,6 +183,9 @@ class NemoRLRank(PolicyRank):
             optimizer = torch.load(
                 Path(optimizer_path) / name, map_location="cpu", weights_only=False
             )
+            ticks = Path(optimizer_path) / f"scheduler_{name}"
+            if ticks.exists():
+                self.schedule_ticks = int(torch.load(ticks, weights_only=True)["num_steps"])
         self.restore(model, weights, optimizer)
 
 

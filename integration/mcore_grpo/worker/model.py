@@ -37,6 +37,8 @@ class PolicyModel:
     ddp: Any
     optimizer: Any
     layer_spec: str = "local"
+    # megatron-core's OptimizerParamScheduler, or None (`mcore_grpo.worker.lr_schedule`).
+    scheduler: Any = None
     # Whether the logprob and training forwards use shared-prefix rows (`shared_prefix.resolve`).
     shared_prefix: bool = False
 
@@ -320,6 +322,7 @@ def build_policy(config: WorkerConfig) -> PolicyModel:
             adam_beta2=o.adam_beta2,
             adam_eps=o.adam_eps,
             clip_grad=o.clip_grad,
+            min_lr=o.min_lr,
             use_distributed_optimizer=d.use_distributed_optimizer,
             bf16=config.precision == "bfloat16",
             fp16=False,
@@ -337,6 +340,7 @@ def build_policy(config: WorkerConfig) -> PolicyModel:
         transformer_config=tcfg,
         ddp=ddp,
         optimizer=optimizer,
+        scheduler=o.schedule.build(optimizer, o.lr) if o.schedule is not None else None,
         layer_spec=spec,
         shared_prefix=shared_prefix,
     )

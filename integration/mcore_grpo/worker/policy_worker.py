@@ -23,6 +23,7 @@ from mcore_grpo.worker.engine_lifecycle import (
 )
 from mcore_grpo.worker.generation import GenerationOutput, SamplingParams, generate
 from mcore_grpo.worker.logprobs import policy_token_logprobs
+from mcore_grpo.worker.lr_schedule import LRSchedule
 from mcore_grpo.worker.memory.offload import (
     Offloader,
     OffloadReport,
@@ -127,6 +128,13 @@ class MegatronPolicyWorker:
     def train(self, batch: Batch) -> dict[str, Any]:
         """One optimizer step over this rank's slice of the global batch."""
         return self.train_step.train(batch_to(batch, self.device))
+
+    def set_schedule(self, completed_steps: int) -> float:
+        """Learning rate and weight decay for the GRPO step after `completed_steps` (the
+        configured schedule); the learning rate it trains with. Without a schedule: `lr`."""
+        if self.policy.scheduler is None:
+            return self.config.optimizer.lr
+        return LRSchedule.at(self.policy.scheduler, completed_steps)
 
     @_entry(T)
     def begin_train_step(self) -> None:

@@ -123,9 +123,15 @@ def config_and_interfaces() -> dict[str, Any]:
                 "grpo.reward_shaping.enabled=true",
                 "grpo.reward_shaping.stop_properly_penalty_coef=0.25",
                 "grpo.overlong_filtering=true",
+                "policy.megatron_cfg.scheduler.lr_warmup_iters=13",
+                "policy.megatron_cfg.scheduler.lr_warmup_init=5e-7",
+                "policy.megatron_cfg.optimizer.min_lr=5e-7",
+                "grpo.max_num_steps=20",
             ]
         )
-        shaped = master_config(stopping, 2, Path(tmp), task_tokenizer()).grpo
+        stopping_master = master_config(stopping, 2, Path(tmp), task_tokenizer())
+        shaped = stopping_master.grpo
+        scheduled = stopping_master.policy["megatron_cfg"]
     gen = master.policy["generation"]
     policy = object.__new__(NemoRLPolicy)
     nothing: Any = None  # each call must refuse before it reads its data
@@ -161,6 +167,8 @@ def config_and_interfaces() -> dict[str, Any]:
         "reward_shaping": dict(shaped.reward_shaping),
         "overlong_filtering": shaped.overlong_filtering,
         "default_reward_shaping": dict(master.grpo.reward_shaping),
+        "scheduler": dict(scheduled["scheduler"]),
+        "min_lr": scheduled["optimizer"]["min_lr"],
     }
 
 

@@ -75,3 +75,7 @@ def test_master_config_and_interfaces(pieces: dict[str, Any]) -> None:
     assert cfg["reward_shaping"]["stop_properly_penalty_coef"] == 0.25
     assert cfg["overlong_filtering"] is True
     assert cfg["default_reward_shaping"]["enabled"] is False
+    # ... and policy.megatron_cfg.scheduler with optimizer.min_lr (NeMo-RL's recipe values).
+    assert cfg["scheduler"]["lr_warmup_iters"] == 13
+    assert cfg["scheduler"]["lr_warmup_init"] == 5e-7 == cfg["min_lr"]
+    assert cfg["scheduler"]["lr_decay_style"] == "constant"

@@ -131,6 +131,27 @@ class OptimizerSection:
     adam_beta2: float = 0.999
     adam_eps: float = 1.0e-8
     use_distributed_optimizer: bool = True
+    min_lr: float = 0.0  # the floor of a decaying schedule (policy.megatron_cfg.scheduler)
+
+
+@dataclass
+class SchedulerSection:
+    """``policy.megatron_cfg.scheduler.*``: NeMo-RL's keys (Megatron-Bridge's
+    `SchedulerConfig`), in GRPO steps as NeMo-RL counts them (`mcore_grpo.worker.lr_schedule`).
+
+    The learning rate warms up linearly from `lr_warmup_init` to ``optimizer.lr`` over
+    `lr_warmup_iters` steps, then follows `lr_decay_style` down to ``optimizer.min_lr`` at
+    `lr_decay_iters` (null: ``grpo.max_num_steps``, NeMo-RL's ``train_iters``). The weight
+    decays null are ``optimizer.weight_decay`` (NeMo-RL's example interpolations).
+    """
+
+    lr_warmup_iters: int = 0
+    lr_warmup_init: float = 0.0
+    lr_decay_style: str = "constant"
+    lr_decay_iters: int | None = None
+    start_weight_decay: float | None = None
+    end_weight_decay: float | None = None
+    weight_decay_incr_style: str = "constant"
 
 
 @dataclass
@@ -162,6 +183,7 @@ class MegatronSection:
     # only "allgather" runs.
     moe_token_dispatcher_type: str = "allgather"
     optimizer: OptimizerSection = field(default_factory=OptimizerSection)
+    scheduler: SchedulerSection = field(default_factory=SchedulerSection)
     distributed_data_parallel_config: DDPSection = field(default_factory=DDPSection)
 
 

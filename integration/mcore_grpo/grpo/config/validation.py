@@ -8,6 +8,7 @@ is checked here, once the config is built (`config_loader.load_config`).
 from __future__ import annotations
 
 from mcore_grpo.grpo.config.schema import MATH_TASKS, MATH_VERIFY_IMPLS, ConfigError, RunConfig
+from mcore_grpo.grpo.ranks.worker_settings import lr_schedule
 
 
 def _validate_moe(config: RunConfig) -> None:
@@ -57,6 +58,10 @@ def validate(config: RunConfig) -> None:
             f"policy.train_global_batch_size={p.train_global_batch_size}"
         )
     _validate_moe(config)
+    try:  # what megatron-core's scheduler would assert on when the workers build it
+        lr_schedule(config).check(config.policy.megatron_cfg.optimizer.lr)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     beta = config.loss_fn.reference_policy_kl_penalty
     if g.skip_reference_policy_logprobs_calculation and beta != 0:
         raise ConfigError(

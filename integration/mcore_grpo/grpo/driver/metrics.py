@@ -48,7 +48,8 @@ def train_metrics(replica_results: Sequence[TrainResult]) -> dict[str, float]:
     response tokens of the step, BEFORE its update (the k-type of ``loss_fn``); at KL
     coefficient 0 only where the reference forward was asked for (`RunConfig.
     skips_reference_logprobs`), else 0. ``clip_fraction`` is also ours: the share of
-    the step's response tokens (all optimizer steps) whose ratio the clip decided.
+    the step's response tokens (all optimizer steps) whose ratio the clip decided. ``lr``:
+    the learning rate the step trained with (NeMo-RL logs it read before its scheduler ticks).
     """
     steps = len(replica_results[0].loss)
     tokens = [sum(r.tokens[k] for r in replica_results) for k in range(steps)]
@@ -64,6 +65,7 @@ def train_metrics(replica_results: Sequence[TrainResult]) -> dict[str, float]:
         "token_mult_prob_error": prob_error,
         "grad_norm": replica_results[0].grad_norm[-1],
         "optimizer_steps": float(steps),
+        "lr": replica_results[0].lr,
         **token_metrics(replica_results, tokens),
         **moe_metrics(replica_results[0].moe),
     }

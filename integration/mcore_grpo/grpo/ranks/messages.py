@@ -85,3 +85,4 @@ class TrainResult:
     # reduced over data parallelism by the worker; see mcore_grpo.worker.moe_metrics).
     moe: list[dict[str, Any]] = field(default_factory=list)
     token_metric_sums: list[dict[str, float]] = field(default_factory=list)
+    lr: float = 0.0  # the learning rate this GRPO step trained with (NeMo-RL's `lr` metric)

@@ -189,6 +189,7 @@ class PolicyRank:
         logprob_time = time.perf_counter() - start
         start = time.perf_counter()
         self.worker.prepare_for_training()
+        lr = self.worker.set_schedule(step - 1)  # one tick per GRPO step, as NeMo-RL's
         step_metrics = []
         kl_penalty = []
         token_sums = []
@@ -216,6 +217,7 @@ class PolicyRank:
             if "moe/tokens_per_expert" in step_metrics[0]
             else [],
             token_metric_sums=token_sums,
+            lr=lr,
         )
 
     # ---- checkpoints ----------------------------------------------------------------

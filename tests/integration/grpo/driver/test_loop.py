@@ -253,3 +253,41 @@ def test_responses_that_do_not_stop_are_counted_shaped_and_filtered_as_configure
     assert shaped["reward_mean"] < plain["reward_mean"]
     assert filtered["reward_mean"] == plain["reward_mean"]
     assert filtered["loss"] != plain["loss"]
+
+
+@pytest.mark.cpu_only(reason=CPU_PRESET)
+def test_the_learning_rate_follows_nemo_rls_schedule_one_tick_per_grpo_step(
+    tmp_path: Path, short: list[str]
+) -> None:
+    """policy.megatron_cfg.scheduler: warm-up over 2 GRPO steps from 0, then cosine to
+    min_lr at step 5 (lr_decay_iters unset: grpo.max_num_steps, NeMo-RL's train_iters).
+    NeMo-RL ticks megatron-core's scheduler once per train() call (one GRPO step, whatever
+    the optimizer steps) and logs the rate read before the tick, so step s trains at the
+    rate after s - 1 ticks. Worked by hand from OptimizerParamScheduler.get_lr:
+    warm-up: init + (max - init) * n / 2 for n = 0, 1, 2; then
+    min + (max - min) * 0.5 * (cos(pi * (n - 2) / 3) + 1) for n = 3, 4.
+    At rate 0 the first step leaves the policy where it was: step 2 still sees KL 0."""
+    cfg = "policy.megatron_cfg"
+    _run(
+        tmp_path / "run",
+        [
+            *short,
+            "grpo.max_num_steps=5",
+            f"{cfg}.optimizer.lr=1e-3",
+            f"{cfg}.optimizer.min_lr=1e-5",
+            f"{cfg}.scheduler.lr_warmup_iters=2",
+            f"{cfg}.scheduler.lr_warmup_init=0",
+            f"{cfg}.scheduler.lr_decay_style=cosine",
+        ],
+    )
+    records = _records(tmp_path / "run")
+    expected = [0.0, 5e-4, 1e-3, 1e-5 + 0.75 * 9.9e-4, 1e-5 + 0.25 * 9.9e-4]
+    assert [r["lr"] for r in records] == pytest.approx(expected, rel=1e-12, abs=1e-15)
+    assert records[1]["kl"] == 0.0 and records[2]["kl"] > 0.0
+    assert all(r["optimizer_steps"] == 2 for r in records)  # ticks are not optimizer steps
+
+
+def test_a_warm_up_that_never_ends_is_refused_when_the_config_loads() -> None:
+    overrides = ["grpo.max_num_steps=12", "policy.megatron_cfg.scheduler.lr_warmup_iters=13"]
+    with pytest.raises(ValueError, match=r"lr_warmup_iters=13 must be below lr_decay_iters \(12"):
+        load_config(overrides=overrides)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from mcore_grpo.grpo.ranks.messages import TrainResult
 from mcore_grpo.grpo.ranks.train_batch import logprob_sums
 
 
-def _result(**kw: list) -> TrainResult:
+def _result(**kw: Any) -> TrainResult:
     return TrainResult(logprob_time_s=0.0, training_time_s=0.0, **kw)
 
 
