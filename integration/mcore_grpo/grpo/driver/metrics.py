@@ -212,6 +212,7 @@ def step_line(record: Mapping[str, Any], max_steps: int) -> str:
             f"clipped {record['clip_fraction']:.3f} "
             f"signal {record['frac_groups_with_reward_signal']:.2f} "
             f"len {record['mean_gen_tokens_per_sample']:.1f} "
+            + (f"cut {record['truncation_rate']:.2f} " if "truncation_rate" in record else "")
             if "approx_entropy" in record and "frac_groups_with_reward_signal" in record
             else ""
         )

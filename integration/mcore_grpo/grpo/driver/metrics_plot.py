@@ -103,7 +103,8 @@ EXPLAINING = (
 
 def _plot_policy_drift(ax: Any, steps: Sequence[int], records: Sequence[Mapping[str, Any]]) -> None:
     """Entropy (per optimizer step: NeMo-RL sums it over them), KL to the reference, the
-    clipped share and the groups that still teach: collapse shows here first."""
+    clipped share, the groups that still teach and (where logged) the responses cut off at
+    the token budget: collapse shows here first."""
     per_opt = [r["approx_entropy"] / max(r.get("optimizer_steps", 1.0), 1.0) for r in records]
     ax.plot(steps, per_opt, color="tab:blue", label="token entropy (approx_entropy / opt. step)")
     ax.plot(steps, [r["kl"] for r in records], color="tab:red", label="KL to reference (kl)")
@@ -114,6 +115,14 @@ def _plot_policy_drift(ax: Any, steps: Sequence[int], records: Sequence[Mapping[
         color="tab:green",
         label="groups with reward signal",
     )
+    if "truncation_rate" in records[0]:
+        ax.plot(
+            steps,
+            [r["truncation_rate"] for r in records],
+            color="tab:gray",
+            ls="--",
+            label="responses cut off (truncation_rate)",
+        )
     ax.set_ylabel("policy")
     ax.grid(alpha=0.3)
     ax.legend(loc="upper right", fontsize="small")
