@@ -1,0 +1,150 @@
+"""A finished `mcore-grpo` run's held-out curve into docs/grpo-seeds.json (issue 60), and the plot.
+
+    uv run python benchmarks/grpo_seeds.py RUN_DIR [RUN_DIR ...] [--label TEXT]
+        [--json docs/grpo-seeds.json] [--plot docs/img/grpo-seeds.png] [--note TEXT]
+
+Each run becomes one entry ``{"side": "ours", "setting": {...}, "seed": N, "minutes": [...],
+"accuracy": [...], ...}``: minutes are GRPO-step time (the sum of `step_time_s` up to the
+grade; the grades' own time is not counted, as in the TRL race), 0 for the grade before
+training. Beside each grade: the share of responses that ran to the token budget and the
+accuracy by operation (`+`, `-`, `*`), read from validation_samples.jsonl. An entry with the
+same run name is replaced. The setting lists the config values the runs are compared on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SETTING_KEYS = {
+    "lr": ("policy", "megatron_cfg", "optimizer", "lr"),
+    "weight_decay": ("policy", "megatron_cfg", "optimizer", "weight_decay"),
+    "reference_policy_kl_penalty": ("loss_fn", "reference_policy_kl_penalty"),
+    "stop_properly_penalty_coef": ("grpo", "reward_shaping", "stop_properly_penalty_coef"),
+    "reward_shaping": ("grpo", "reward_shaping", "enabled"),
+    "lr_warmup_iters": ("policy", "megatron_cfg", "scheduler", "lr_warmup_iters"),
+    "train_problems": ("task", "arithmetic", "train_problems"),
+    "base_share": ("task", "arithmetic", "base_share"),
+    "num_prompts_per_step": ("grpo", "num_prompts_per_step"),
+    "num_generations_per_prompt": ("grpo", "num_generations_per_prompt"),
+    "max_new_tokens": ("policy", "generation", "max_new_tokens"),
+}
+QUESTION = re.compile(r"What is (-?\d+) ([-+*]) (-?\d+)\?")
+
+
+def _get(config: dict[str, Any], path: tuple[str, ...]) -> Any:
+    node: Any = config
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def by_operation(samples: list[dict[str, Any]]) -> dict[str, float]:
+    """Accuracy per arithmetic operation of one grade's samples."""
+    counts: dict[str, list[float]] = defaultdict(list)
+    for sample in samples:
+        match = QUESTION.search(sample.get("question", ""))
+        if match:
+            counts[match.group(2)].append(float(sample["score"] == 1.0))
+    return {op: round(sum(v) / len(v), 3) for op, v in sorted(counts.items())}
+
+
+def entry(run: Path, note: str) -> dict[str, Any]:
+    """The curve of one finished run directory."""
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    samples: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for line in (run / "validation_samples.jsonl").read_text().splitlines():
+        sample = json.loads(line)
+        samples[int(sample["step"])].append(sample)
+    minutes, accuracy, steps, cut, ops = [], [], [], [], []
+    elapsed = 0.0
+    first = records[0]
+    if "validation/accuracy_at_start" in first:
+        minutes.append(0.0)
+        accuracy.append(first["validation/accuracy_at_start"])
+        steps.append(0)
+        cut.append(None)
+        ops.append(by_operation(samples[0]))
+    for record in records:
+        elapsed += record["step_time_s"]
+        if "validation/accuracy" in record:
+            minutes.append(round(elapsed / 60, 2))
+            accuracy.append(record["validation/accuracy"])
+            steps.append(record["step"])
+            cut.append(record.get("validation/truncation_rate"))
+            ops.append(by_operation(samples[record["step"]]))
+    return {
+        "side": "ours",
+        "run": run.name,
+        "setting": {name: _get(config, path) for name, path in SETTING_KEYS.items()},
+        "seed": _get(config, ("grpo", "seed")),
+        "minutes": minutes,
+        "accuracy": accuracy,
+        "steps": steps,
+        "validation_truncation_rate": cut,
+        "by_operation": ops,
+        "reward_mean": [round(r["reward_mean"], 4) for r in records],
+        "truncation_rate": [r.get("truncation_rate") for r in records],
+        "truncated_correct_rate": [r.get("truncated_correct_rate") for r in records],
+        "note": note,
+    }
+
+
+def plot(entries: list[dict[str, Any]], path: Path) -> None:
+    """Held-out accuracy against GRPO-step minutes, one line per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for e in entries:
+        s = e["setting"]
+        label = (
+            f"{e['side']} {e['run']}: lr {s['lr']}, KL {s['reference_policy_kl_penalty']}, "
+            f"stop penalty {s['stop_properly_penalty_coef'] if s['reward_shaping'] else 'off'}"
+        )
+        ax.plot(e["minutes"], e["accuracy"], marker="o", label=label)
+    ax.axhline(0.6, color="grey", lw=0.6, ls="--")
+    ax.set_xlabel("GRPO-step minutes (2 CPU cores)")
+    ax.set_ylabel("held-out accuracy (200, greedy)")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="x-small", loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", type=Path, nargs="+", help="finished run directories")
+    parser.add_argument("--json", type=Path, default=ROOT / "docs" / "grpo-seeds.json")
+    parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "img" / "grpo-seeds.png")
+    parser.add_argument("--note", default="", help="how the run was made (machine, load)")
+    args = parser.parse_args()
+    kept = json.loads(args.json.read_text()) if args.json.exists() else []
+    new = [entry(run, args.note) for run in args.runs]
+    names = {e["run"] for e in new}
+    entries = [e for e in kept if e.get("run") not in names] + new
+    args.json.write_text(json.dumps(entries, indent=1) + "\n")
+    plot(entries, args.plot)
+    for e in new:
+        print(f"{e['run']}: minutes {e['minutes']} accuracy {e['accuracy']}")
+        print(f"  by operation {e['by_operation']}")
+    print(f"wrote {args.json} ({len(entries)} runs) and {args.plot}")
+
+
+if __name__ == "__main__":
+    main()
