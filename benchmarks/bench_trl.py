@@ -31,9 +31,11 @@ Settings (ours: the preset's keys; TRL: `trl_settings`, derived from the same co
 | policy.train_global_batch_size 32 (2 optimizer steps per GRPO step) | per_device_train_batch_size 8 x gradient_accumulation_steps 4 = 32 per optimizer step; steps_per_generation 8 = 2 optimizer steps per generation; num_iterations 1 |
 | policy.train_micro_batch_size 8                    | per_device_train_batch_size 8                       |
 | policy.generation.max_new_tokens 48, temperature 1.0, top_p 1.0, no top-k | max_completion_length 48, temperature 1.0, top_p 1.0, top_k 0 |
-| megatron-core Adam lr 5e-5, betas (0.9, 0.999), eps 1e-8, weight decay 0, constant lr | AdamW (torch) lr 5e-5, same betas/eps/decay, lr_scheduler_type constant, no warm-up |
+| megatron-core Adam lr 5e-6, betas (0.9, 0.999), eps 1e-8, weight decay 0.01, constant lr | AdamW (torch) lr 5e-6, same betas/eps/decay, lr_scheduler_type constant, no warm-up |
 | policy.max_grad_norm 1.0                           | max_grad_norm 1.0                                   |
-| loss_fn.reference_policy_kl_penalty 0.0 (no reference forward) | beta 0.0 (no reference model)           |
+| loss_fn.reference_policy_kl_penalty 0.01 (k3)      | beta 0.01 (TRL's KL is k3)                          |
+| grpo.reward_shaping.stop_properly_penalty_coef 0 (a cut-off response scores 0) | the same shaping applied in TRL's reward function (`shaped_rewards`, on its completion ids) |
+| grpo.overlong_filtering false                      | mask_truncated_completions False                    |
 | loss_fn.ratio_clip_min/max 0.2                     | epsilon 0.2, epsilon_high 0.2                       |
 | loss_fn.token_level_loss true: masked sum / valid tokens of the optimizer step | loss_type "dapo": masked sum / active tokens of the generation batch x accumulation / steps_per_generation |
 | old logprobs for the ratio: one no-grad pass per GRPO step | computed because gradient_accumulation_steps 4 % (steps_per_generation 8 x num_iterations 1) != 0 |
@@ -219,7 +221,7 @@ def trl_settings(config: Any, grpo_steps: int) -> dict[str, Any]:
         "loss_type": "dapo" if loss.token_level_loss else "grpo",
         "importance_sampling_level": "token",
         "scale_rewards": "group" if g.advantage_normalize_rewards else "none",
-        "mask_truncated_completions": False,
+        "mask_truncated_completions": g.overlong_filtering,
         "shuffle_dataset": False,
         "seed": g.seed,
         "max_steps": per_step * grpo_steps,
@@ -234,6 +236,21 @@ def trl_settings(config: Any, grpo_steps: int) -> dict[str, Any]:
         "log_completions": False,
         "dataloader_num_workers": 0,
     }
+
+
+def shaped_rewards(
+    scores: Sequence[float], completion_ids: Sequence[Sequence[int]], stops: Any, config: Any
+) -> list[float | None]:
+    """The verifier's scores with our loop's `grpo.reward_shaping` (TRL has no stop penalty
+    of its own): a completion is truncated when it does not end on a stop token (TRL's
+    completion ids keep the EOS that ended one)."""
+    import torch
+    from mcore_grpo.grpo.algorithm.reward_shaping import shape_rewards, truncated
+
+    rewards = torch.tensor(scores, dtype=torch.float32)
+    cut = truncated(completion_ids, tuple(stops))
+    lengths = [len(c) for c in completion_ids]
+    return shape_rewards(rewards, lengths, cut, config.grpo.reward_shaping).tolist()
 
 
 def _peak_rss_gib() -> float:
@@ -505,10 +522,11 @@ def trl_side(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     verifier = task.verifier
 
     def math_verify_reward(
-        completions: list[str], answer: list[str], **_: Any
+        completions: list[str], answer: list[str], completion_ids: list[list[int]], **_: Any
     ) -> list[float | None]:
-        """NeMo-RL's verifier, as our loop's reward."""
-        return list(verifier.scores(completions, answer))
+        """NeMo-RL's verifier, shaped as our loop shapes it (grpo.reward_shaping)."""
+        scores = list(verifier.scores(completions, answer))
+        return shaped_rewards(scores, completion_ids, (task.eos_id,), config)
 
     model = AutoModelForCausalLM.from_pretrained(config.policy.model_name, dtype=torch.float32)
     trainer = GRPOTrainer(

@@ -46,10 +46,21 @@ def test_preset_maps_to_trl_settings() -> None:
     assert s["steps_per_generation"] // s["gradient_accumulation_steps"] == 2
     assert s["num_generations"] == 8 and s["num_iterations"] == 1
     assert s["max_steps"] == 2 * 4
-    assert (s["max_completion_length"], s["temperature"], s["learning_rate"]) == (48, 1.0, 5e-5)
-    assert (s["beta"], s["loss_type"], s["scale_rewards"]) == (0.0, "dapo", "group")
+    assert (s["max_completion_length"], s["temperature"], s["learning_rate"]) == (48, 1.0, 5e-6)
+    assert (s["beta"], s["loss_type"], s["scale_rewards"]) == (0.01, "dapo", "group")
+    assert s["weight_decay"] == 0.01 and s["mask_truncated_completions"] is False
     assert not s["shuffle_dataset"]
     assert not (s["gradient_checkpointing"] or s["bf16"])  # fp32, no recompute, as ours
+
+
+def test_trls_rewards_are_shaped_as_ours() -> None:
+    """The preset's stop penalty (0): a completion not ended by EOS (2) scores 0 on TRL's
+    side too; off, the verifier's scores pass through."""
+    ids = [[5, 6, 2], [5, 6, 7], [5, 2]]
+    scores = [1.0, 1.0, 0.0]
+    assert bench_trl.shaped_rewards(scores, ids, (2,), _config()) == [1.0, 0.0, 0.0]
+    off = _config("grpo.reward_shaping.enabled=false")
+    assert bench_trl.shaped_rewards(scores, ids, (2,), off) == scores
 
 
 def test_shape_trl_cannot_express_is_refused() -> None:

@@ -92,8 +92,12 @@ def test_the_task_keeps_its_held_out_split_when_the_pool_widens() -> None:
     from mcore_grpo.grpo.config.config_loader import load_config
     from mcore_grpo.grpo.tasks.math_task import _items
 
-    base = load_config("cpu-smollm2-arith", None, []).task
-    wide = load_config("cpu-smollm2-arith", None, ["task.arithmetic.train_problems=2000"]).task
+    base = load_config("cpu-smollm2-arith", None, ["task.arithmetic.train_problems=0"]).task
+    wide = load_config(
+        "cpu-smollm2-arith",
+        None,
+        ["task.arithmetic.train_problems=2000", "task.arithmetic.base_share=0"],
+    ).task
     train, held = _items(base)
     wide_train, wide_held = _items(wide)
     assert wide_held == held and len(held) == 200 and len(train) == 43
