@@ -103,7 +103,6 @@ class OptimizerSettings:
     adam_beta2: float = 0.999
     adam_eps: float = 1e-8
     clip_grad: float = 1.0
-    min_lr: float = 0.0
     # None: no scheduler (the rate stays `lr`, every parameter decays at `weight_decay`).
     schedule: LRSchedule | None = None
 

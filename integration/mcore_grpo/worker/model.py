@@ -322,7 +322,8 @@ def build_policy(config: WorkerConfig) -> PolicyModel:
             adam_beta2=o.adam_beta2,
             adam_eps=o.adam_eps,
             clip_grad=o.clip_grad,
-            min_lr=o.min_lr,
+            # The schedule's floor in each parameter group (its `min_lr`, which get_lr reads).
+            min_lr=o.schedule.min_lr if o.schedule is not None else 0.0,
             use_distributed_optimizer=d.use_distributed_optimizer,
             bf16=config.precision == "bfloat16",
             fp16=False,

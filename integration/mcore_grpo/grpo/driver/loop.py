@@ -145,11 +145,8 @@ class GRPOLoop:
                 f"policy.max_total_sequence_length={config.policy.max_total_sequence_length}"
             )
         self.signature = checkpoint.model_signature(config.to_dict(), task.vocab_size)
-        self.evaluator = Evaluator(
-            task,
-            config.grpo.max_val_samples,
-            stop_token_ids(config.policy.generation, task.eos_id),
-        )
+        self.stop_ids = stop_token_ids(config.policy.generation, task.eos_id)
+        self.evaluator = Evaluator(task, config.grpo.max_val_samples, self.stop_ids)
         self.current_step: int | None = None  # the step being run (named when a run aborts)
         # The run's last step: grpo.max_num_steps, or earlier by checkpoint_must_save_by.
         self.last_step = config.grpo.max_num_steps
@@ -169,7 +166,7 @@ class GRPOLoop:
 
         scores = torch.tensor(self.task.rewards(responses, sample_problems), dtype=torch.float32)
         lengths = [len(r) for r in responses]
-        cut = truncated(responses, stop_token_ids(cfg.policy.generation, self.task.eos_id))
+        cut = truncated(responses, self.stop_ids)
         rewards = shape_rewards(scores, lengths, cut, cfg.grpo.reward_shaping)
         group_ids = torch.arange(len(problems)).repeat_interleave(n)
         advantages = group_advantages(

@@ -85,7 +85,6 @@ def worker_config(config: RunConfig, tokens: TaskTokens) -> WorkerConfig:
             adam_beta2=mc.optimizer.adam_beta2,
             adam_eps=mc.optimizer.adam_eps,
             clip_grad=p.max_grad_norm,
-            min_lr=mc.optimizer.min_lr,
             schedule=lr_schedule(config),
         ),
         loss=LossConfig(
