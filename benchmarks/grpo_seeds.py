@@ -1,7 +1,12 @@
 """A finished `mcore-grpo` run's held-out curve into docs/grpo-seeds.json (issue 60), and the plot.
 
-    uv run python benchmarks/grpo_seeds.py RUN_DIR [RUN_DIR ...] [--label TEXT]
+    uv run python benchmarks/grpo_seeds.py [RUN_DIR ...] [--trl ACCURACY_JSON NAME]
         [--json docs/grpo-seeds.json] [--plot docs/img/grpo-seeds.png] [--note TEXT]
+
+``--trl`` takes the TRL side of a `bench_trl.py --accuracy-minutes` result (its ``--json``) as
+an entry ``{"side": "trl", "run": NAME, ...}``: its setting is the preset with that run's
+overrides (the same keys TRL's `GRPOConfig` was derived from), its minutes the same GRPO-step
+time, its grades the same 200 held-out problems under `transformers` greedy generation.
 
 Each run becomes one entry ``{"side": "ours", "setting": {...}, "seed": N, "minutes": [...],
 "accuracy": [...], ...}``: minutes are GRPO-step time (the sum of `step_time_s` up to the
@@ -23,6 +28,7 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+PRESET = "cpu-smollm2-arith"
 SETTING_KEYS = {
     "lr": ("policy", "megatron_cfg", "optimizer", "lr"),
     "weight_decay": ("policy", "megatron_cfg", "optimizer", "weight_decay"),
@@ -100,6 +106,61 @@ def entry(run: Path, note: str) -> dict[str, Any]:
     }
 
 
+def trl_entry(result: Path, name: str, note: str) -> dict[str, Any]:
+    """The TRL side of a `bench_trl.py --accuracy-minutes` JSON as an entry."""
+    from mcore_grpo.grpo.config.config_loader import dump_yaml, load_config
+
+    doc = json.loads(result.read_text())
+    if "trl" not in doc.get("sides", {}):
+        raise SystemExit(f"grpo_seeds: {result} has no TRL side (run bench_trl with --side trl)")
+    side = doc["sides"]["trl"]
+    config = yaml.safe_load(dump_yaml(load_config(PRESET, None, list(doc["overrides"]))))
+    return {
+        "side": "trl",
+        "run": name,
+        "setting": {key: _get(config, path) for key, path in SETTING_KEYS.items()},
+        "seed": _get(config, ("grpo", "seed")),
+        "minutes": [round(seconds / 60, 2) for seconds, _ in side["curve"]],
+        "accuracy": [accuracy for _, accuracy in side["curve"]],
+        "steps_run": side["steps_run"],
+        "by_operation": side["accuracy_by_operation"],
+        "reward_mean": [round(r, 4) for r in side["rewards"]],
+        "note": note,
+    }
+
+
+def seed_means(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per setting of our side with more than one seed: the mean and the worst seed at each
+    grade step all of its runs took (grades are per step, so the minutes are averaged too)."""
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for e in entries:
+        if e["side"] == "ours" and "steps" in e:
+            groups[json.dumps(e["setting"], sort_keys=True)].append(e)
+    means = []
+    for runs in groups.values():
+        if len({e["seed"] for e in runs}) < 2:
+            continue
+        shared = sorted(set.intersection(*(set(e["steps"]) for e in runs)))
+        rows = []
+        for step in shared:
+            at = [
+                (e["minutes"][e["steps"].index(step)], e["accuracy"][e["steps"].index(step)], e)
+                for e in runs
+            ]
+            worst = min(at, key=lambda x: x[1])
+            rows.append({
+                "step": step,
+                "minutes": round(sum(m for m, _, _ in at) / len(at), 2),
+                "accuracy": round(sum(a for _, a, _ in at) / len(at), 4),
+                "worst": worst[1],
+                "worst_seed": worst[2]["seed"],
+            })  # fmt: skip
+        means.append(
+            {"setting": runs[0]["setting"], "seeds": [e["seed"] for e in runs], "rows": rows}
+        )
+    return means
+
+
 def plot(entries: list[dict[str, Any]], path: Path) -> None:
     """Held-out accuracy against GRPO-step minutes, one line per run."""
     import matplotlib
@@ -114,7 +175,8 @@ def plot(entries: list[dict[str, Any]], path: Path) -> None:
             f"{e['side']} {e['run']}: lr {s['lr']}, KL {s['reference_policy_kl_penalty']}, "
             f"stop penalty {s['stop_properly_penalty_coef'] if s['reward_shaping'] else 'off'}"
         )
-        ax.plot(e["minutes"], e["accuracy"], marker="o", label=label)
+        style = "-" if e["side"] == "ours" else "--"
+        ax.plot(e["minutes"], e["accuracy"], marker="o", ls=style, label=label)
     ax.axhline(0.6, color="grey", lw=0.6, ls="--")
     ax.set_xlabel("GRPO-step minutes (2 CPU cores)")
     ax.set_ylabel("held-out accuracy (200, greedy)")
@@ -129,13 +191,24 @@ def plot(entries: list[dict[str, Any]], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", type=Path, nargs="+", help="finished run directories")
+    parser.add_argument("runs", type=Path, nargs="*", help="finished run directories")
+    parser.add_argument(
+        "--trl",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("ACCURACY_JSON", "NAME"),
+        help="the TRL side of a bench_trl --accuracy-minutes result, as run NAME",
+    )
     parser.add_argument("--json", type=Path, default=ROOT / "docs" / "grpo-seeds.json")
     parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "img" / "grpo-seeds.png")
     parser.add_argument("--note", default="", help="how the run was made (machine, load)")
     args = parser.parse_args()
+    if not args.runs and not args.trl:
+        parser.error("name at least one run directory or --trl result")
     kept = json.loads(args.json.read_text()) if args.json.exists() else []
     new = [entry(run, args.note) for run in args.runs]
+    new += [trl_entry(Path(result), name, args.note) for result, name in args.trl]
     names = {e["run"] for e in new}
     entries = [e for e in kept if e.get("run") not in names] + new
     args.json.write_text(json.dumps(entries, indent=1) + "\n")
@@ -143,6 +216,13 @@ def main() -> None:
     for e in new:
         print(f"{e['run']}: minutes {e['minutes']} accuracy {e['accuracy']}")
         print(f"  by operation {e['by_operation']}")
+    for mean in seed_means(entries):
+        print(f"seeds {mean['seeds']} of one setting, mean (worst seed) per grade step:")
+        for r in mean["rows"]:
+            print(
+                f"  step {r['step']:3d}  {r['minutes']:6.2f} min  {r['accuracy']:.3f} "
+                f"(worst {r['worst']:.3f}, seed {r['worst_seed']})"
+            )
     print(f"wrote {args.json} ({len(entries)} runs) and {args.plot}")
 
 

@@ -1,0 +1,69 @@
+"""benchmarks/grpo_seeds.py: a TRL result becomes an entry with the preset's setting, and the
+mean over seeds is taken only at grades every seed took (no model is loaded)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks import grpo_seeds
+
+
+def _ours(seed: int, steps: list[int], minutes: list[float], accuracy: list[float]) -> dict:
+    setting = {"lr": 5e-6, "reference_policy_kl_penalty": 0.01}
+    return {"side": "ours", "run": f"s{seed}", "setting": setting, "seed": seed,
+            "steps": steps, "minutes": minutes, "accuracy": accuracy}  # fmt: skip
+
+
+def test_seed_means_use_the_grades_every_seed_took() -> None:
+    entries = [
+        _ours(42, [0, 6, 12], [0.0, 7.0, 14.0], [0.06, 0.70, 0.80]),
+        _ours(43, [0, 6], [0.0, 8.0], [0.06, 0.60]),
+        {**_ours(44, [0, 6], [0.0, 9.0], [0.06, 0.10]), "setting": {"lr": 5e-5}},  # other setting
+    ]
+    [mean] = grpo_seeds.seed_means(entries)
+    assert mean["seeds"] == [42, 43]
+    assert [r["step"] for r in mean["rows"]] == [0, 6]  # seed 43 has no grade at step 12
+    assert mean["rows"][1] == {
+        "step": 6, "minutes": 7.5, "accuracy": 0.65, "worst": 0.60, "worst_seed": 43,
+    }  # fmt: skip
+
+
+def test_one_seed_has_no_mean() -> None:
+    assert grpo_seeds.seed_means([_ours(42, [0], [0.0], [0.06])]) == []
+
+
+def _bench_trl_result(path: Path, sides: dict[str, Any], overrides: list[str]) -> Path:
+    path.write_text(json.dumps({"minutes": 5.0, "overrides": overrides, "sides": sides}))
+    return path
+
+
+def test_trl_entry_carries_the_preset_setting_with_the_overrides(tmp_path: Path) -> None:
+    trl = {
+        "curve": [[0.0, 0.06], [300.0, 0.2], [615.0, 0.31]],
+        "steps_run": 9,
+        "rewards": [0.031, 0.2],
+        "training_draws": {},
+        "accuracy_by_operation": [{"+": 0.1}, {"+": 0.3}, {"+": 0.4}],
+    }
+    result = _bench_trl_result(
+        tmp_path / "accuracy.json",
+        {"trl": trl},
+        ["grpo.seed=7", "loss_fn.reference_policy_kl_penalty=0.02"],
+    )
+    e = grpo_seeds.trl_entry(result, "trl-kl02", "note")
+    assert (e["side"], e["run"], e["seed"], e["steps_run"]) == ("trl", "trl-kl02", 7, 9)
+    assert e["minutes"] == [0.0, 5.0, 10.25]
+    assert e["accuracy"] == [0.06, 0.2, 0.31]
+    assert e["setting"]["reference_policy_kl_penalty"] == 0.02  # the override
+    assert e["setting"]["lr"] == 5e-6  # the preset's
+    assert e["by_operation"][2] == {"+": 0.4}
+
+
+def test_a_result_without_trl_is_refused(tmp_path: Path) -> None:
+    result = _bench_trl_result(tmp_path / "ours-only.json", {"ours": {}}, [])
+    with pytest.raises(SystemExit, match="no TRL side"):
+        grpo_seeds.trl_entry(result, "x", "")
