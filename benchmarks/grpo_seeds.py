@@ -172,7 +172,8 @@ def plot(entries: list[dict[str, Any]], path: Path) -> None:
     for e in entries:
         s = e["setting"]
         label = (
-            f"{e['side']} {e['run']}: lr {s['lr']}, KL {s['reference_policy_kl_penalty']}, "
+            f"{e['side']} {e['run']} (seed {e['seed']}): lr {s['lr']}, "
+            f"KL {s['reference_policy_kl_penalty']}, "
             f"stop penalty {s['stop_properly_penalty_coef'] if s['reward_shaping'] else 'off'}"
         )
         style = "-" if e["side"] == "ours" else "--"
