@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+# bench_trl.PRESET (a script here cannot import the benchmarks package; a test keeps them equal).
 PRESET = "cpu-smollm2-arith"
 SETTING_KEYS = {
     "lr": ("policy", "megatron_cfg", "optimizer", "lr"),
@@ -140,20 +141,21 @@ def seed_means(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for runs in groups.values():
         if len({e["seed"] for e in runs}) < 2:
             continue
-        shared = sorted(set.intersection(*(set(e["steps"]) for e in runs)))
+        grades = [
+            dict(zip(e["steps"], zip(e["minutes"], e["accuracy"], strict=True), strict=True))
+            for e in runs
+        ]
         rows = []
-        for step in shared:
-            at = [
-                (e["minutes"][e["steps"].index(step)], e["accuracy"][e["steps"].index(step)], e)
-                for e in runs
-            ]
-            worst = min(at, key=lambda x: x[1])
+        for step in sorted(set.intersection(*(set(g) for g in grades))):
+            minutes = [g[step][0] for g in grades]
+            accuracy = [g[step][1] for g in grades]
+            worst = min(range(len(runs)), key=accuracy.__getitem__)
             rows.append({
                 "step": step,
-                "minutes": round(sum(m for m, _, _ in at) / len(at), 2),
-                "accuracy": round(sum(a for _, a, _ in at) / len(at), 4),
-                "worst": worst[1],
-                "worst_seed": worst[2]["seed"],
+                "minutes": round(sum(minutes) / len(runs), 2),
+                "accuracy": round(sum(accuracy) / len(runs), 4),
+                "worst": accuracy[worst],
+                "worst_seed": runs[worst]["seed"],
             })  # fmt: skip
         means.append(
             {"setting": runs[0]["setting"], "seeds": [e["seed"] for e in runs], "rows": rows}

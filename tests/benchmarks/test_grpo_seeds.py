@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import grpo_seeds
+from benchmarks import bench_trl, grpo_seeds
 
 
 def _ours(seed: int, steps: list[int], minutes: list[float], accuracy: list[float]) -> dict:
@@ -67,3 +67,7 @@ def test_a_result_without_trl_is_refused(tmp_path: Path) -> None:
     result = _bench_trl_result(tmp_path / "ours-only.json", {"ours": {}}, [])
     with pytest.raises(SystemExit, match="no TRL side"):
         grpo_seeds.trl_entry(result, "x", "")
+
+
+def test_the_trl_setting_is_read_from_bench_trls_preset() -> None:
+    assert grpo_seeds.PRESET == bench_trl.PRESET
