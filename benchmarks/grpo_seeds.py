@@ -14,6 +14,9 @@ grade; the grades' own time is not counted, as in the TRL race), 0 for the grade
 training. Beside each grade: the share of responses that ran to the token budget and the
 accuracy by operation (`+`, `-`, `*`), read from validation_samples.jsonl. An entry with the
 same run name is replaced. The setting lists the config values the runs are compared on.
+
+The plot has two panels: our runs at the preset's own setting (the seeds) with their mean, and
+every other run (the sweep's points, TRL's).
 """
 
 from __future__ import annotations
@@ -93,7 +96,7 @@ def entry(run: Path, note: str) -> dict[str, Any]:
     return {
         "side": "ours",
         "run": run.name,
-        "setting": {name: _get(config, path) for name, path in SETTING_KEYS.items()},
+        "setting": setting_of(config),
         "seed": _get(config, ("grpo", "seed")),
         "minutes": minutes,
         "accuracy": accuracy,
@@ -107,19 +110,29 @@ def entry(run: Path, note: str) -> dict[str, Any]:
     }
 
 
-def trl_entry(result: Path, name: str, note: str) -> dict[str, Any]:
-    """The TRL side of a `bench_trl.py --accuracy-minutes` JSON as an entry."""
+def preset_config(overrides: list[str]) -> dict[str, Any]:
+    """The preset with `overrides`, resolved by the config loader, as plain data."""
     from mcore_grpo.grpo.config.config_loader import dump_yaml, load_config
 
+    return yaml.safe_load(dump_yaml(load_config(PRESET, None, overrides)))
+
+
+def setting_of(config: dict[str, Any]) -> dict[str, Any]:
+    """The values runs are compared on (`SETTING_KEYS`) of a resolved config."""
+    return {name: _get(config, path) for name, path in SETTING_KEYS.items()}
+
+
+def trl_entry(result: Path, name: str, note: str) -> dict[str, Any]:
+    """The TRL side of a `bench_trl.py --accuracy-minutes` JSON as an entry."""
     doc = json.loads(result.read_text())
     if "trl" not in doc.get("sides", {}):
         raise SystemExit(f"grpo_seeds: {result} has no TRL side (run bench_trl with --side trl)")
     side = doc["sides"]["trl"]
-    config = yaml.safe_load(dump_yaml(load_config(PRESET, None, list(doc["overrides"]))))
+    config = preset_config(list(doc["overrides"]))
     return {
         "side": "trl",
         "run": name,
-        "setting": {key: _get(config, path) for key, path in SETTING_KEYS.items()},
+        "setting": setting_of(config),
         "seed": _get(config, ("grpo", "seed")),
         "minutes": [round(seconds / 60, 2) for seconds, _ in side["curve"]],
         "accuracy": [accuracy for _, accuracy in side["curve"]],
@@ -163,29 +176,56 @@ def seed_means(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return means
 
 
-def plot(entries: list[dict[str, Any]], path: Path) -> None:
-    """Held-out accuracy against GRPO-step minutes, one line per run."""
+def _label(e: dict[str, Any]) -> str:
+    """A run's legend entry: side, name, seed and the values the sweep varies."""
+    s = e["setting"]
+    stop = s["stop_properly_penalty_coef"] if s["reward_shaping"] else "off"
+    return (
+        f"{e['side']} {e['run']} (seed {e['seed']}): lr {s['lr']}, "
+        f"KL {s['reference_policy_kl_penalty']}, stop penalty {stop}"
+    )
+
+
+def split_by_setting(
+    entries: list[dict[str, Any]], shipped: dict[str, Any]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Our runs at the `shipped` setting (the seeds), and every other run (sweep points, TRL)."""
+    at = [e for e in entries if e["side"] == "ours" and e["setting"] == shipped]
+    return at, [e for e in entries if e not in at]
+
+
+def plot(entries: list[dict[str, Any]], shipped: dict[str, Any], path: Path) -> None:
+    """Held-out accuracy against GRPO-step minutes: on the left our runs at the `shipped`
+    setting and their mean over seeds, on the right every other run."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for e in entries:
-        s = e["setting"]
-        label = (
-            f"{e['side']} {e['run']} (seed {e['seed']}): lr {s['lr']}, "
-            f"KL {s['reference_policy_kl_penalty']}, "
-            f"stop penalty {s['stop_properly_penalty_coef'] if s['reward_shaping'] else 'off'}"
+    at_shipped, other_runs = split_by_setting(entries, shipped)
+    fig, (seeds, others) = plt.subplots(1, 2, figsize=(13, 4.8), sharey=True)
+    for ax, runs in ((seeds, at_shipped), (others, other_runs)):
+        for e in runs:
+            style = "-" if e["side"] == "ours" else "--"
+            ax.plot(e["minutes"], e["accuracy"], marker="o", ms=3, ls=style, label=_label(e))
+    for mean in seed_means(at_shipped):
+        rows = mean["rows"]
+        seeds.plot(
+            [r["minutes"] for r in rows],
+            [r["accuracy"] for r in rows],
+            color="black",
+            lw=2.5,
+            label=f"mean of seeds {', '.join(map(str, mean['seeds']))}",
         )
-        style = "-" if e["side"] == "ours" else "--"
-        ax.plot(e["minutes"], e["accuracy"], marker="o", ls=style, label=label)
-    ax.axhline(0.6, color="grey", lw=0.6, ls="--")
-    ax.set_xlabel("GRPO-step minutes (2 CPU cores)")
-    ax.set_ylabel("held-out accuracy (200, greedy)")
-    ax.set_ylim(-0.02, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="x-small", loc="lower right")
+    seeds.set_title("the preset as shipped: seeds and their mean", fontsize="small")
+    others.set_title("other settings (sweep points) and TRL", fontsize="small")
+    for ax in (seeds, others):
+        ax.axhline(0.6, color="grey", lw=0.6, ls="--")
+        ax.set_xlabel("GRPO-step minutes (2 CPU cores)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="xx-small", loc="best")
+    seeds.set_ylabel("held-out accuracy (200, greedy)")
+    seeds.set_ylim(-0.02, 1.02)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -215,7 +255,7 @@ def main() -> None:
     names = {e["run"] for e in new}
     entries = [e for e in kept if e.get("run") not in names] + new
     args.json.write_text(json.dumps(entries, indent=1) + "\n")
-    plot(entries, args.plot)
+    plot(entries, setting_of(preset_config([])), args.plot)
     for e in new:
         print(f"{e['run']}: minutes {e['minutes']} accuracy {e['accuracy']}")
         print(f"  by operation {e['by_operation']}")

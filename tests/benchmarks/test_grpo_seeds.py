@@ -32,6 +32,14 @@ def test_seed_means_use_the_grades_every_seed_took() -> None:
     }  # fmt: skip
 
 
+def test_the_seeds_panel_holds_only_our_runs_at_the_shipped_setting() -> None:
+    shipped = {"lr": 5e-6, "reference_policy_kl_penalty": 0.01}
+    seed = _ours(42, [0], [0.0], [0.06])
+    sweep = {**_ours(42, [0], [0.0], [0.06]), "run": "lr2e-5", "setting": {**shipped, "lr": 2e-5}}
+    trl = {**_ours(42, [0], [0.0], [0.06]), "side": "trl", "run": "trl"}  # TRL at the same values
+    assert grpo_seeds.split_by_setting([seed, sweep, trl], shipped) == ([seed], [sweep, trl])
+
+
 def test_one_seed_has_no_mean() -> None:
     assert grpo_seeds.seed_means([_ours(42, [0], [0.0], [0.06])]) == []
 
