@@ -190,8 +190,11 @@ def split_by_setting(
     entries: list[dict[str, Any]], shipped: dict[str, Any]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Our runs at the `shipped` setting (the seeds), and every other run (sweep points, TRL)."""
-    at = [e for e in entries if e["side"] == "ours" and e["setting"] == shipped]
-    return at, [e for e in entries if e not in at]
+    at: list[dict[str, Any]] = []
+    other: list[dict[str, Any]] = []
+    for e in entries:
+        (at if e["side"] == "ours" and e["setting"] == shipped else other).append(e)
+    return at, other
 
 
 def plot(entries: list[dict[str, Any]], shipped: dict[str, Any], path: Path) -> None:
