@@ -197,31 +197,47 @@ def split_by_setting(
     return at, other
 
 
+def _mean_label(mean: dict[str, Any]) -> str:
+    """A mean curve's legend entry: its seeds and the setting's learning rate and KL."""
+    s = mean["setting"]
+    seeds = ", ".join(map(str, mean["seeds"]))
+    return f"mean of seeds {seeds}: lr {s['lr']}, KL {s['reference_policy_kl_penalty']}"
+
+
+def panels(
+    entries: list[dict[str, Any]], shipped: dict[str, Any]
+) -> list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
+    """The plot's two panels, each its runs and the means over seeds of its settings with more
+    than one seed: the shipped setting's seeds on the left, every other run on the right (a
+    candidate setting's seeds get their mean there)."""
+    return [(runs, seed_means(runs)) for runs in split_by_setting(entries, shipped)]
+
+
 def plot(entries: list[dict[str, Any]], shipped: dict[str, Any], path: Path) -> None:
     """Held-out accuracy against GRPO-step minutes: on the left our runs at the `shipped`
-    setting and their mean over seeds, on the right every other run."""
+    setting and their mean over seeds, on the right every other run (and the mean of any
+    other setting run with several seeds)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    at_shipped, other_runs = split_by_setting(entries, shipped)
     fig, (seeds, others) = plt.subplots(1, 2, figsize=(13, 4.8), sharey=True)
-    for ax, runs in ((seeds, at_shipped), (others, other_runs)):
+    for ax, (runs, means) in zip((seeds, others), panels(entries, shipped), strict=True):
         for e in runs:
             style = "-" if e["side"] == "ours" else "--"
             ax.plot(e["minutes"], e["accuracy"], marker="o", ms=3, ls=style, label=_label(e))
-    for mean in seed_means(at_shipped):
-        rows = mean["rows"]
-        seeds.plot(
-            [r["minutes"] for r in rows],
-            [r["accuracy"] for r in rows],
-            color="black",
-            lw=2.5,
-            label=f"mean of seeds {', '.join(map(str, mean['seeds']))}",
-        )
+        for mean in means:
+            rows = mean["rows"]
+            ax.plot(
+                [r["minutes"] for r in rows],
+                [r["accuracy"] for r in rows],
+                color="black",
+                lw=2.5,
+                label=_mean_label(mean),
+            )
     seeds.set_title("the preset as shipped: seeds and their mean", fontsize="small")
-    others.set_title("other settings (sweep points) and TRL", fontsize="small")
+    others.set_title("other settings (sweep points, candidates) and TRL", fontsize="small")
     for ax in (seeds, others):
         ax.axhline(0.6, color="grey", lw=0.6, ls="--")
         ax.set_xlabel("GRPO-step minutes (2 CPU cores)")
@@ -263,7 +279,7 @@ def main() -> None:
         print(f"{e['run']}: minutes {e['minutes']} accuracy {e['accuracy']}")
         print(f"  by operation {e['by_operation']}")
     for mean in seed_means(entries):
-        print(f"seeds {mean['seeds']} of one setting, mean (worst seed) per grade step:")
+        print(f"{_mean_label(mean)}; per grade step, the mean (worst seed):")
         for r in mean["rows"]:
             print(
                 f"  step {r['step']:3d}  {r['minutes']:6.2f} min  {r['accuracy']:.3f} "

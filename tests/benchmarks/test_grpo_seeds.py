@@ -40,6 +40,21 @@ def test_the_seeds_panel_holds_only_our_runs_at_the_shipped_setting() -> None:
     assert grpo_seeds.split_by_setting([seed, sweep, trl], shipped) == ([seed], [sweep, trl])
 
 
+def test_a_candidate_setting_with_several_seeds_gets_its_mean_in_the_other_panel() -> None:
+    shipped = {"lr": 5e-6, "reference_policy_kl_penalty": 0.01}
+    candidate = {**shipped, "lr": 1e-5}
+    seed = _ours(42, [0, 5], [0.0, 6.0], [0.06, 0.70])
+    c42 = {**_ours(42, [0, 5], [0.0, 6.0], [0.06, 0.75]), "run": "c42", "setting": candidate}
+    c43 = {**_ours(43, [0, 5], [0.0, 7.0], [0.06, 0.65]), "run": "c43", "setting": candidate}
+    trl = {**c43, "side": "trl", "run": "trl"}  # TRL's runs never enter a mean
+    (left, left_means), (right, right_means) = grpo_seeds.panels([seed, c42, c43, trl], shipped)
+    assert (left, left_means) == ([seed], [])  # one seed of the shipped setting: no mean
+    assert right == [c42, c43, trl]
+    [mean] = right_means
+    assert (mean["setting"], mean["seeds"]) == (candidate, [42, 43])
+    assert mean["rows"][1]["accuracy"] == pytest.approx(0.70)
+
+
 def test_one_seed_has_no_mean() -> None:
     assert grpo_seeds.seed_means([_ours(42, [0], [0.0], [0.06])]) == []
 
