@@ -222,7 +222,7 @@ def plot(entries: list[dict[str, Any]], shipped: dict[str, Any], path: Path) -> 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (seeds, others) = plt.subplots(1, 2, figsize=(13, 4.8), sharey=True)
+    fig, (seeds, others) = plt.subplots(1, 2, figsize=(13, 6.4), sharey=True)
     for ax, (runs, means) in zip((seeds, others), panels(entries, shipped), strict=True):
         for e in runs:
             style = "-" if e["side"] == "ours" else "--"
@@ -242,7 +242,7 @@ def plot(entries: list[dict[str, Any]], shipped: dict[str, Any], path: Path) -> 
         ax.axhline(0.6, color="grey", lw=0.6, ls="--")
         ax.set_xlabel("GRPO-step minutes (2 CPU cores)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize="xx-small", loc="best")
+        ax.legend(fontsize="xx-small", loc="upper center", bbox_to_anchor=(0.5, -0.13))
     seeds.set_ylabel("held-out accuracy (200, greedy)")
     seeds.set_ylim(-0.02, 1.02)
     fig.tight_layout()
