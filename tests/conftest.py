@@ -1,10 +1,76 @@
-"""Device markers for the whole suite: `gpu` tests skip without CUDA, `cpu_only` tests skip
+"""The session's device and world, and device markers for the whole suite: `gpu` tests skip without CUDA, `cpu_only` tests skip
 with CUDA (each says why it is CPU-only by nature), so `pytest` passes on both machines."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+
 import pytest
 import torch
+
+from tests.support.device import TEST_DEVICE
+from tests.support.model_checks import NVTE_BACKEND_VARS
+
+
+@pytest.fixture(scope="session")
+def device() -> str:
+    """`cuda` when available, else `cpu` (the worker's CPU redirects make megatron-core run)."""
+    return TEST_DEVICE
+
+
+@pytest.fixture(scope="session")
+def process_group() -> Iterator[None]:
+    """torch.distributed with this process as the only rank (NCCL on CUDA, gloo on CPU), for
+    the session; one another fixture or test made is used as it is and left to its maker."""
+    import torch.distributed as dist
+    from mcore_grpo.worker.parallel import backend_for
+
+    from tests.support.parallel import start_world1
+
+    created = start_world1(backend_for(TEST_DEVICE))
+    yield
+    if created and dist.is_initialized():
+        # Tear the groups down before the interpreter exits: gloo threads still running at
+        # exit can abort the process ("terminate called without an active exception").
+        from megatron.core import parallel_state
+
+        if parallel_state.model_parallel_is_initialized():
+            parallel_state.destroy_model_parallel()
+        dist.destroy_process_group()
+
+
+@pytest.fixture
+def world1(process_group: None) -> Iterator[None]:
+    """The session's world of one rank for a test that builds a worker (which sets up
+    megatron-core's parallel state): the parallel state found is put back after the test."""
+    from tests.support.parallel import parallel_state_kept
+
+    with parallel_state_kept():
+        yield
+
+
+@pytest.fixture(scope="module")
+def module_world1(process_group: None) -> Iterator[None]:
+    """`world1` for a module's shared worker: the parallel state is put back after the module."""
+    from tests.support.parallel import parallel_state_kept
+
+    with parallel_state_kept():
+        yield
+
+
+@pytest.fixture(autouse=True)
+def attention_backend_env() -> Iterator[None]:
+    """The NVTE_* variables as the test found them. megatron-core's LanguageModule sets them
+    from each model's config when the model is built (`_set_attention_backend`) and refuses a
+    later model whose attention_backend disagrees: the models a test builds live for the test."""
+    saved = {name: os.environ.get(name) for name in NVTE_BACKEND_VARS}
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -14,11 +14,12 @@ import argparse
 import importlib
 import os
 import sys
+from contextlib import ExitStack
 
 from .command import Command, root_of
 from .command_lock import command_lock
 from .errors import ExitCode, PatchToolError
-from .interrupts import interrupt_on_signals
+from .interrupts import signals_interrupt
 
 # command name -> (module in patchtool.commands, its Command attribute), in --help order.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -87,14 +88,16 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. What it sets up for itself (signal handlers, the mirror) lasts for this
+    call only, so callers in the same process (tests, library users) find their state as it was."""
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv).parse_args(argv)
     try:
-        interrupt_on_signals()
-        _use_mirror(args)
-        reading = bool(getattr(args, "check", False) or getattr(args, "dry_run", False))
-        with command_lock(root_of(args), args.command, reading):
-            return int(args.run(args))
+        with signals_interrupt(), ExitStack() as stack:
+            _use_mirror(args, stack)
+            reading = bool(getattr(args, "check", False) or getattr(args, "dry_run", False))
+            with command_lock(root_of(args), args.command, reading):
+                return int(args.run(args))
     except PatchToolError as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return exc.exit_code
@@ -103,8 +106,9 @@ def main(argv: list[str] | None = None) -> int:
         return ExitCode.INTERRUPTED
 
 
-def _use_mirror(args: argparse.Namespace) -> None:
-    """Activate the mirror directory of this run, if one is given (flag or environment)."""
+def _use_mirror(args: argparse.Namespace, stack: ExitStack) -> None:
+    """Activate the mirror directory of this run, if one is given (flag or environment), until
+    `stack` closes."""
     if not (getattr(args, "mirror_dir", None) or os.environ.get("PATCHTOOL_MIRROR_DIR")):
         return  # apply's startup time: nothing more is imported without a mirror
     from .core.manifest import load_manifest
@@ -113,7 +117,7 @@ def _use_mirror(args: argparse.Namespace) -> None:
     directory = mirror_dir(getattr(args, "mirror_dir", None))
     if directory is None:
         return
-    plan = use_mirror(directory, load_manifest(root_of(args)))
+    plan = stack.enter_context(use_mirror(directory, load_manifest(root_of(args))))
     if args.command in ("apply", "rebase", "pin", "roll"):  # the ones that clone or fetch say so
         for note in plan.skipped:
             print(f"mirror: {note}; used as without a mirror", file=sys.stderr)

@@ -12,7 +12,7 @@ from tests.integration.worker.harness import REAL_VOCAB, VOCAB, make_worker, tin
 
 
 @pytest.fixture(scope="module")
-def rope_model(world1: None) -> torch.nn.Module:
+def rope_model(module_world1: None) -> torch.nn.Module:
     """The tiny GPT with rope positions (the cpu-count-on preset's kind), ready to sample."""
     cfg = dataclasses.replace(
         tiny_config(overlap=False),

@@ -29,7 +29,7 @@ from tests.support.device import TEST_DEVICE
 
 
 @pytest.fixture(scope="module")
-def model(world1: None) -> torch.nn.Module:
+def model(module_world1: None) -> torch.nn.Module:
     cfg = dataclasses.replace(
         tiny_config(overlap=False),
         model=ModelConfig(vocab_size=REAL, padded_vocab_size_override=VOCAB),

@@ -38,7 +38,7 @@ def real_vocab_logprobs(
 
 
 @pytest.fixture(scope="module")
-def worker(world1: None) -> MegatronPolicyWorker:
+def worker(module_world1: None) -> MegatronPolicyWorker:
     from megatron.core.models.gpt import GPTModel
 
     cfg = dataclasses.replace(

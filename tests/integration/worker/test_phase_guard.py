@@ -41,7 +41,7 @@ STEP = {
 
 
 @pytest.fixture(scope="module")
-def worker(world1: None) -> MegatronPolicyWorker:
+def worker(module_world1: None) -> MegatronPolicyWorker:
     return make_worker(tiny_config(overlap=True))
 
 

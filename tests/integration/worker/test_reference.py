@@ -13,7 +13,7 @@ from tests.integration.worker.harness import global_batch, make_worker, tiny_con
 
 
 @pytest.fixture(scope="module")
-def worker(world1: None) -> MegatronPolicyWorker:
+def worker(module_world1: None) -> MegatronPolicyWorker:
     return make_worker(tiny_config(overlap=False))
 
 

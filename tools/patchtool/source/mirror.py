@@ -17,6 +17,8 @@ such as Megatron-Bridge's docs GIFs).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +28,7 @@ from ..errors import PatchToolError
 
 ENV_VAR = "PATCHTOOL_MIRROR_DIR"  # cli.py spells it too (no import before it is needed)
 
-_active: list[Path] = []  # the mirror directory of this process, once use_mirror ran
+_active: list[Path] = []  # the mirror directory of the running command, while use_mirror holds
 
 
 @dataclass(frozen=True)
@@ -61,8 +63,11 @@ def plan_mirror(directory: Path, manifest: Manifest) -> MirrorPlan:
     return MirrorPlan(config, skipped)
 
 
-def use_mirror(directory: Path, manifest: Manifest) -> MirrorPlan:
-    """Route this process's git calls for the upstreams `directory` holds to it."""
+@contextmanager
+def use_mirror(directory: Path, manifest: Manifest) -> Iterator[MirrorPlan]:
+    """Route this process's git calls for the upstreams `directory` holds to it, for one
+    command: a later command of the same process (a test, a library caller) without a mirror
+    must not inherit this one's."""
     if not directory.is_dir():
         raise PatchToolError(
             f"mirror directory {directory} does not exist (--mirror-dir / {ENV_VAR}); it holds "
@@ -71,7 +76,11 @@ def use_mirror(directory: Path, manifest: Manifest) -> MirrorPlan:
     plan = plan_mirror(directory, manifest)
     set_session_config(plan.config)
     _active[:] = [directory]
-    return plan
+    try:
+        yield plan
+    finally:
+        _active.clear()
+        set_session_config([])
 
 
 def mirror_repo(name: str) -> Path | None:

@@ -151,7 +151,9 @@ def pytest_args(junit: Path, nodes: list[str]) -> list[str]:
     """pytest's arguments for one state: its nodes, junit outcomes, no cache written."""
     # --tb=short: a left-out state fails by design, often in 100+ cases; pytest's long
     # tracebacks (source of every frame) cost seconds there and verify shows one line.
-    args = ["-q", "--tb=short", "-p", "no:cacheprovider", "-o", "junit_family=xunit1"]
+    # no:randomly: the states are compared node by node, in the order the upstream wrote them.
+    args = ["-q", "--tb=short", "-p", "no:cacheprovider", "-p", "no:randomly"]
+    args += ["-o", "junit_family=xunit1"]
     return [*args, f"--junitxml={junit}", *sorted(set(nodes))]
 
 

@@ -73,20 +73,22 @@ class PolicyRank:
         self.tokens = tokens
         self.rank = rank
         self.fail_at_step = fail_at_step
-        if not dist.is_initialized():
-            os.environ.update(
-                RANK=str(rank),
-                WORLD_SIZE=str(world_size),
-                MASTER_ADDR=master_addr,
-                MASTER_PORT=str(master_port),
-            )
+        # What this rank creates it tears down at shutdown, and only that: a caller's process
+        # group or parallel state (a test session's, a notebook's) outlives the run.
+        self._created_group = not dist.is_initialized()
+        if self._created_group:
+            host = f"[{master_addr}]" if ":" in master_addr else master_addr
             dist.init_process_group(
                 backend=backend_for(config.policy.device),
+                init_method=f"tcp://{host}:{master_port}",
                 rank=rank,
                 world_size=world_size,
                 timeout=timedelta(seconds=config.cluster.collective_timeout_s),
             )
+        from megatron.core import parallel_state
         from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
+
+        self._created_parallel_state = not parallel_state.model_parallel_is_initialized()
 
         self.loss = RecordingLossSum(config.loss_fn)
         self.worker = MegatronPolicyWorker(worker_config(config, tokens), loss_sum_fn=self.loss)
@@ -281,9 +283,10 @@ class PolicyRank:
         self.worker.reference.load_state_dict(reference)
 
     def shutdown(self) -> None:
-        """Tear down megatron's parallel state and the process group."""
+        """Tear down megatron's parallel state and the process group, where this rank made them."""
         from megatron.core import parallel_state
 
-        parallel_state.destroy_model_parallel()
-        if dist.is_initialized():
+        if self._created_parallel_state:
+            parallel_state.destroy_model_parallel()
+        if self._created_group and dist.is_initialized():
             dist.destroy_process_group()
