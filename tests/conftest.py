@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -52,25 +53,35 @@ def world1(process_group: None) -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def module_world1(process_group: None) -> Iterator[None]:
-    """`world1` for a module's shared worker: the parallel state is put back after the module."""
+    """`world1` for a module's shared worker: the parallel state and the NVTE_* variables its
+    model sets (`attention_backend_env`) are put back after the module."""
     from tests.support.parallel import parallel_state_kept
 
-    with parallel_state_kept():
+    with parallel_state_kept(), attention_backend_vars_kept():
         yield
+
+
+@contextmanager
+def attention_backend_vars_kept() -> Iterator[None]:
+    """The NVTE_* variables as found, after a block that builds models. megatron-core's
+    LanguageModule sets them from each model's config (`_set_attention_backend`) and refuses a
+    later model whose attention_backend disagrees."""
+    saved = {name: os.environ.get(name) for name in NVTE_BACKEND_VARS}
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @pytest.fixture(autouse=True)
 def attention_backend_env() -> Iterator[None]:
-    """The NVTE_* variables as the test found them. megatron-core's LanguageModule sets them
-    from each model's config when the model is built (`_set_attention_backend`) and refuses a
-    later model whose attention_backend disagrees: the models a test builds live for the test."""
-    saved = {name: os.environ.get(name) for name in NVTE_BACKEND_VARS}
-    yield
-    for name, value in saved.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
+    """The models a test builds live for the test: so do the NVTE_* variables they set."""
+    with attention_backend_vars_kept():
+        yield
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -21,6 +21,7 @@ import shlex
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from mcore_grpo.grpo.cluster import placement
@@ -57,12 +58,27 @@ def _interrupt(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
 
+INTERRUPTING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 def interrupt_on_signals() -> None:
     """SIGINT, SIGTERM and SIGHUP unwind the run (workers shut down, exit 130). SIGINT too:
     a run started as a shell's background job inherits it ignored, and a scheduler's SIGTERM
     would otherwise end the driver without stopping its Ray workers."""
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    for sig in INTERRUPTING:
         signal.signal(sig, _interrupt)
+
+
+@contextlib.contextmanager
+def signals_restored() -> Iterator[None]:
+    """The handlers of `INTERRUPTING` as found, after a block that sets its own: a caller in
+    the same process (a test, a notebook) keeps its Ctrl-C."""
+    saved = {sig: signal.getsignal(sig) for sig in INTERRUPTING}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
 
 
 def injected_failure() -> tuple[int | None, int | None]:
@@ -88,12 +104,26 @@ def aborted_message(
     at = f" at step {step}" if step is not None else ""
     command = "mcore-grpo " + shlex.join([a for a in argv if a != "--resume"])
     found = found or latest_step(output_dir)
-    if found is None:
+    if err.repeats is not None:
+        then = f"every start fails with this {err.repeats}: {_repeating_fix(err.repeats)}"
+    elif found is None:
         then = f"no checkpoint was saved yet; run again with: {command}"
     else:
         then = f"last checkpoint: step {found[0]} ({found[1]}); resume with: {command} --resume"
     line = f"mcore-grpo: run aborted{at}: {cause}; {then}"
     return f"{line}\n{traceback}" if traceback else line
+
+
+def _repeating_fix(error: str) -> str:
+    """What ends a start-up failure that a rerun repeats."""
+    if error in ("ImportError", "ModuleNotFoundError"):
+        return (
+            "the installed upstream tree lacks what the worker imports (a release stand-in, or "
+            "an unpatched tree); install the exact pins: tools/apply_patches.sh with GitHub or "
+            "a mirror of the pins reachable (PATCHTOOL_MIRROR_DIR), then uv sync "
+            "(docs/environment.md)"
+        )
+    return "fix the cause above; a rerun repeats it"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -195,10 +225,10 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `mcore-grpo` console script; returns the exit status."""
     # Options and key=value overrides in any order (`--workers 2 a.b=1 --resume a.c=2`).
     args = build_parser().parse_intermixed_args(argv)
-    interrupt_on_signals()
     # --json: standard output is the document alone; logs (ours and upstream's) go to stderr.
     log_stream = sys.stderr if args.json else sys.stdout
-    with console_logging(log_stream, args.verbose) as held:
+    with signals_restored(), console_logging(log_stream, args.verbose) as held:
+        interrupt_on_signals()
         try:
             return _main(args, held)
         finally:

@@ -44,11 +44,16 @@ REGISTRIES: dict[str, tuple[str, ...]] = {
     "mcore_grpo.worker.cpu": ("_DEPTH", "_SAVED"),
     "mcore_grpo.upstream_cpu": ("_STATE", "_SAVED"),
     "mcore_grpo.worker.generation": ("_SAMPLERS",),
-    "mcore_grpo.grpo.cluster.local_ray": ("_SAVED_ADDRESS",),
+    "mcore_grpo.grpo.cluster.local_ray": ("_SAVED",),
 }
-# Set by pytest itself around each phase; and by torch on its first compile, to the same
-# default every time (torch/_inductor/runtime/cache_dir_utils.py).
-IGNORED_ENV = {"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR"}
+# Set by pytest itself around each phase; by torch on its first compile, to the same default
+# every time (torch/_inductor/runtime/cache_dir_utils.py); and by torch's compiled-code loader,
+# a pointer handed to each library it loads (torch/_inductor/codecache.py).
+IGNORED_ENV = {
+    "PYTEST_CURRENT_TEST",
+    "TORCHINDUCTOR_CACHE_DIR",
+    "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR",
+}
 # Entries that imports append for good and depend on afterwards (setuptools' vendored packages,
 # imported by name once setuptools is): part of an import, never to be taken back.
 IMPORT_PATHS = (os.path.join("setuptools", "_vendor"),)
@@ -58,6 +63,14 @@ IMPORT_EFFECTS: dict[str, tuple[str, ...]] = {
     # nemo_rl/__init__.py: Ray's switches, and Megatron-LM's path for its own imports.
     "nemo_rl": (
         "os.environ[RAY_USAGE_STATS_ENABLED]",
+        "os.environ[RAY_ENABLE_UV_RUN_RUNTIME_ENV]",
+        "sys.path",
+    ),
+    # ray/__init__.py: its vendored packages' path; ray/_private/client_mode_hook.py:
+    # RAY_CLIENT_MODE; and the uv-run switch set just before ray's first import
+    # (mcore_grpo.grpo.cluster.ray_import), read by that import only.
+    "ray": (
+        "os.environ[RAY_CLIENT_MODE]",
         "os.environ[RAY_ENABLE_UV_RUN_RUNTIME_ENV]",
         "sys.path",
     ),
@@ -156,11 +169,11 @@ def _registries(snap: Snapshot) -> None:
 
 def snapshot() -> Snapshot:
     """Everything process-wide a test must leave as it found it (see the module docstring)."""
-    snap: Snapshot = {
-        f"os.environ[{k}]": v for k, v in os.environ.items() if k not in IGNORED_ENV
-    }
+    snap: Snapshot = {f"os.environ[{k}]": v for k, v in os.environ.items() if k not in IGNORED_ENV}
     snap["cwd"] = os.getcwd()
-    snap["sys.path"] = [p for p in sys.path if not p.endswith(IMPORT_PATHS)]
+    # As a set: pytest itself puts a test package's root back in front when an import moved
+    # another entry there (its `prepend` import mode); an entry added or removed is what counts.
+    snap["sys.path"] = sorted({p for p in sys.path if not p.endswith(IMPORT_PATHS)})
     for sig in SIGNALS:
         snap[f"signal handler {sig.name}"] = _value(signal.getsignal(sig))
     snap["imported"] = sorted(name for name in IMPORT_EFFECTS if name in sys.modules)
@@ -207,13 +220,14 @@ class StateGuard:
         # Fixtures wider than a function, while set up: (before its setup, keys it changed).
         self.footprints: dict[int, tuple[str, Snapshot, set[str]]] = {}
         self.excused: set[str] = set()
-        self.fixture_leaks: list[str] = []
+        # Wider fixtures torn down in the current test's teardown: (footprint, scope).
+        self.torn_down: list[tuple[tuple[str, Snapshot, set[str]], str]] = []
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None]:
         self.before_item = snapshot()
         self.excused = set()
-        self.fixture_leaks = []
+        self.torn_down = []
         return (yield)
 
     @pytest.hookimpl(wrapper=True)
@@ -233,18 +247,22 @@ class StateGuard:
         self, fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest
     ) -> None:
         held = self.footprints.pop(id(fixturedef), None)
-        if held is None:
-            return
-        name, before, keys = held
-        self.excused |= keys
-        now = snapshot()
-        left = {k: (before.get(k, PRISTINE.get(k, UNSET)), now.get(k, UNSET)) for k in keys}
-        left = {k: v for k, v in left.items() if v[0] != v[1]}
-        if left:
-            self.fixture_leaks.append(
-                f"fixture {name!r} ({fixturedef.scope}) left changed what it set up:\n"
-                + _describe(left)
-            )
+        if held is not None:
+            self.torn_down.append((held, fixturedef.scope))
+
+    def _fixture_leaks(self, now: Snapshot) -> list[str]:
+        """What a wider fixture torn down in this teardown left changed, read once the whole
+        teardown ran (a fixture's state may be restored by the fixture it depends on)."""
+        leaks = []
+        for (name, before, keys), scope in self.torn_down:
+            self.excused |= keys
+            left = {k: (before.get(k, PRISTINE.get(k, UNSET)), now.get(k, UNSET)) for k in keys}
+            left = {k: v for k, v in left.items() if v[0] != v[1]}
+            if left:
+                leaks.append(
+                    f"fixture {name!r} ({scope}) left changed what it set up:\n" + _describe(left)
+                )
+        return leaks
 
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_runtest_teardown(self, item: pytest.Item) -> Generator[None, object, object]:
@@ -254,8 +272,8 @@ class StateGuard:
 
     def _check(self, item: pytest.Item) -> None:
         after = snapshot()
+        messages = self._fixture_leaks(after)
         diff = {k: v for k, v in changed(self.before_item, after).items() if k not in self.excused}
-        messages = list(self.fixture_leaks)
         if diff:
             messages.insert(0, f"{item.nodeid} left process-wide state changed:\n{_describe(diff)}")
         _restore(diff)
@@ -287,4 +305,3 @@ def _restore(diff: dict[str, tuple[object, object]]) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(StateGuard(), "state_guard")
-

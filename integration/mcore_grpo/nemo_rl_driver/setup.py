@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mcore_grpo.grpo.cluster.local_ray import ADDRESS_ENV, start_local_ray, stop_local_ray
+from mcore_grpo.grpo.cluster.ray_import import before_ray_import
 from mcore_grpo.grpo.config.schema import ConfigError, RunConfig, check_data_parallel
 from mcore_grpo.grpo.ranks.messages import TaskTokens
 from mcore_grpo.grpo.ranks.runner import RayRunner
@@ -135,7 +136,7 @@ def setup_run(
 
     tokens = TaskTokens.of(task)
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # inherited by the actors
-    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")  # see mcore_grpo.grpo.ranks.runner
+    before_ray_import()
     if not os.environ.get(ADDRESS_ENV):
         # NeMo-RL's math environment and its verifier are actors of one (logical) CPU each;
         # on a cluster (RAY_ADDRESS) the runner attaches and the cluster must hold them.

@@ -10,10 +10,10 @@ calls `require_nemo_rl()` first, in the driver and in every Ray actor, which say
 
 from __future__ import annotations
 
-import os
 from importlib.util import find_spec
 from pathlib import Path
 
+from mcore_grpo.grpo.cluster.ray_import import before_ray_import
 from mcore_grpo.nemo_rl_driver.automodel_compat import prepare_automodel
 
 # integration/mcore_grpo/nemo_rl_driver/source.py -> the repository root.
@@ -42,9 +42,8 @@ def source_root() -> Path:
 
 
 def require_nemo_rl() -> Path:
-    """NeMo-RL's tree, or one line naming the fix. Also sets ``RAY_ENABLE_UV_RUN_RUNTIME_ENV=0``
-    before ray is imported (see `mcore_grpo.grpo.ranks.runner`: actors run this interpreter, not a
-    nested ``uv run``), and imports nemo_automodel's LoRA kernel module the way triton 3.9
+    """NeMo-RL's tree, or one line naming the fix. Also turns Ray's `uv run` hook off
+    before ray is imported (`mcore_grpo.grpo.cluster.ray_import`), and imports nemo_automodel's LoRA kernel module the way triton 3.9
     allows (`automodel_compat`)."""
     if not is_available():
         raise NemoRLUnavailable(
@@ -52,7 +51,7 @@ def require_nemo_rl() -> Path:
             "it was synced): run `tools/apply_patches.sh` (or `git submodule update --init "
             "3rdparty/NeMo-RL`), then `uv sync`"
         )
-    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    before_ray_import()
     prepare_automodel()
     return source_root()
 

@@ -43,10 +43,9 @@ def has_recurrent_layers(model: torch.nn.Module) -> bool:
     """
     cached = _RECURRENT.get(model)
     if cached is None:
-        from megatron.core.ssm.gated_delta_net import GatedDeltaNet, GatedDeltaNet2
-        from megatron.core.ssm.mamba_mixer import MambaMixer
+        from mcore_grpo.worker.layer_types import recurrent_layer_types
 
-        kinds = (MambaMixer, GatedDeltaNet, GatedDeltaNet2)
+        kinds = recurrent_layer_types()
         cached = any(isinstance(m, kinds) for m in model.modules())
         _RECURRENT[model] = cached
     return cached

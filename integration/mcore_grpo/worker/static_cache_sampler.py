@@ -45,13 +45,15 @@ def cache_unsupported_reason(model: torch.nn.Module) -> str | None:
     NotImplementedError with an inference context. Its Mamba (NemotronH, FalconH1) and gated
     delta net layers (Qwen3-Next, Qwen3.5) keep one; they decode through it (`state_sampler`)."""
     from megatron.core import parallel_state
-    from megatron.core.ssm.gated_delta_net import GatedDeltaNet2
+
+    from mcore_grpo.worker.layer_types import stateless_decode_types
 
     config = getattr(model, "config", None)
     tp = parallel_state.get_tensor_model_parallel_world_size()
     if config is not None and getattr(config, "sequence_parallel", False) and tp > 1:
         return "sequence parallelism cannot split a one-token decode step across TP ranks"
-    if any(isinstance(m, GatedDeltaNet2) for m in model.modules()):
+    stateless = stateless_decode_types()
+    if stateless and any(isinstance(m, stateless) for m in model.modules()):
         return "megatron-core's gated delta net 2 layers keep no inference state"
     return None
 

@@ -26,9 +26,11 @@ def test_state_dict_is_the_initial_policy(worker: MegatronPolicyWorker) -> None:
     assert worker.reference.num_bytes == sum(t.numel() * t.element_size() for t in state.values())
 
 
-def test_load_state_dict_swaps_in_the_given_weights(worker: MegatronPolicyWorker) -> None:
+def test_load_state_dict_swaps_in_the_given_weights(world1: None) -> None:
     """Loading the trained policy's weights as reference makes reference logprobs = policy's;
-    the loaded tensors are copies (the caller's tensors stay theirs)."""
+    the loaded tensors are copies (the caller's tensors stay theirs). Its own worker: it trains,
+    and the module's worker must stay the initial policy for the tests in any order."""
+    worker = make_worker(tiny_config(overlap=False))
     initial = {n: t.clone() for n, t in worker.reference.state_dict().items()}
     batch = global_batch(rows=4)
     worker.train(batch)
@@ -46,7 +48,6 @@ def test_load_state_dict_swaps_in_the_given_weights(worker: MegatronPolicyWorker
     assert torch.allclose(worker.get_reference_policy_logprobs(batch), policy_lp, atol=1e-6)
     worker.reference.load_state_dict(initial)
     assert all(torch.equal(worker.reference.state_dict()[n], initial[n]) for n in initial)
-    worker.prepare_for_training()
 
 
 def test_load_state_dict_refuses_weights_of_another_model(worker: MegatronPolicyWorker) -> None:

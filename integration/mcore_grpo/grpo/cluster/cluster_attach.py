@@ -8,10 +8,10 @@ address refused and what to set.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from mcore_grpo.grpo.cluster.placement import PlacementError
+from mcore_grpo.grpo.cluster.ray_import import before_ray_import
 from mcore_grpo.run_output import ray_runtime_env, route_ray_logger
 
 TOKEN_HINT = (
@@ -28,8 +28,7 @@ class ClusterUnreachable(PlacementError):
 def _auth_refused(err: BaseException) -> bool:
     """Whether Ray's GCS refused the token. Ray raises ``ConnectionError`` from either an
     `AuthenticationError` or a ``RuntimeError`` whose text holds that error's traceback."""
-    # Read by ray at its first import (see mcore_grpo.grpo.ranks.runner); this may be that import.
-    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    before_ray_import()  # this may be ray's first import
     from ray.exceptions import AuthenticationError
 
     seen: BaseException | None = err

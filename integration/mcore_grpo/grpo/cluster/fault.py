@@ -147,6 +147,26 @@ def gather(
     return sorted(faults, key=lambda f: (f.cause, f.place.rank))
 
 
+# Errors a rank's start-up raises the same way on every try: the installed tree lacks what the
+# worker imports, or the code cannot do what the config asks. A rerun repeats them.
+REPEATING = (ImportError, NotImplementedError, TypeError, AttributeError)
+_REPEATING_NAMES = {"ImportError", "ModuleNotFoundError", *(kind.__name__ for kind in REPEATING)}
+
+
+def repeating_error(err: BaseException) -> str | None:
+    """The error's class name when a rerun would raise it again (`REPEATING`), else None."""
+    return type(err).__name__ if isinstance(err, REPEATING) else None
+
+
+def repeating_fault(faults: Sequence[RankFault]) -> str | None:
+    """`repeating_error` of the root fault, read from the raised error's last traceback line
+    (`SomeError: message`), for a rank that raised; None for a lost, dead or silent one."""
+    if not faults or faults[0].cause != Cause.RAISED:
+        return None
+    name = _last_line(faults[0].detail).split(":", 1)[0].rsplit(".", 1)[-1]
+    return name if name in _REPEATING_NAMES else None
+
+
 def _last_line(text: str) -> str:
     lines = text.strip().splitlines()
     return lines[-1].strip() if lines else ""

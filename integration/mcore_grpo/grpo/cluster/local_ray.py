@@ -12,24 +12,45 @@ Two things the defaults get wrong for a training job:
 - Code that asks Ray for "the" cluster without an address (NeMo-RL's `memory_tracker` calls
   `ray._private.internal_api.memory_summary()` every step) fails with "Found multiple active
   Ray instances" as soon as a second run is on the machine (a CI retry beside a developer's
-  run). `RAY_ADDRESS` names this run's own cluster while it is up; `stop_local_ray` restores it.
+  run). `RAY_ADDRESS` names this run's own cluster while it is up.
+
+What starting Ray changes in this process (`RAY_ADDRESS`, the variables `ray.init` sets:
+`RAY_AUTH_MODE`, `PYTHONBREAKPOINT`, ...; its SIGTERM handler) lasts until `stop_local_ray`,
+which puts each back as it was: a caller that runs on (a test session, a notebook) finds its
+process as before.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import threading
+from dataclasses import dataclass
+from typing import Any
 
 from mcore_grpo.run_output import ray_runtime_env, route_ray_logger
 
 NICENESS_ENV = "RAY_worker_niceness"  # RayConfig.worker_niceness, read by the raylet it starts
 START_ATTEMPTS = 3
 ADDRESS_ENV = "RAY_ADDRESS"
-_SAVED_ADDRESS: list[str | None] = []  # RAY_ADDRESS before start_local_ray set it
+
+
+@dataclass(frozen=True)
+class _Before:
+    """What `start_local_ray` changed, as it was before: variables (None: unset), SIGTERM."""
+
+    environ: dict[str, str | None]
+    sigterm: Any
+
+
+_SAVED: list[_Before] = []  # one per cluster start_local_ray started and stop_local_ray owes
 
 
 def start_local_ray(workers: int, extra_cpus: int = 0) -> None:
     """`ray.init` for `workers` actors on this machine (no dashboard), retried if slow;
     `extra_cpus` more logical CPUs for actors that mostly wait (e.g. NeMo-RL's environments)."""
+    environ = dict(os.environ)
+    sigterm = signal.getsignal(signal.SIGTERM)
     os.environ.setdefault(NICENESS_ENV, "0")
     import ray
 
@@ -48,8 +69,11 @@ def start_local_ray(workers: int, extra_cpus: int = 0) -> None:
                 configure_logging=False,
                 runtime_env=ray_runtime_env(),
             )
-            _SAVED_ADDRESS.append(os.environ.get(ADDRESS_ENV))
             os.environ[ADDRESS_ENV] = ray.get_runtime_context().gcs_address
+            changed = {
+                k for k in os.environ.keys() | environ.keys() if os.environ.get(k) != environ.get(k)
+            }
+            _SAVED.append(_Before({k: environ.get(k) for k in changed}, sigterm))
             return
         except Exception as err:
             if "timed out during startup" not in str(err) or attempt == START_ATTEMPTS:
@@ -58,13 +82,19 @@ def start_local_ray(workers: int, extra_cpus: int = 0) -> None:
 
 
 def stop_local_ray() -> None:
-    """`ray.shutdown()` of a cluster `start_local_ray` started, and `RAY_ADDRESS` as before."""
+    """`ray.shutdown()` of a cluster `start_local_ray` started, and what starting it changed
+    (`RAY_ADDRESS`, `ray.init`'s variables and SIGTERM handler) as before."""
     import ray
 
     ray.shutdown()
-    if _SAVED_ADDRESS:
-        before = _SAVED_ADDRESS.pop()
-        if before is None:
-            os.environ.pop(ADDRESS_ENV, None)
+    if not _SAVED:
+        return
+    before = _SAVED.pop()
+    for name, value in before.environ.items():
+        if value is None:
+            os.environ.pop(name, None)
         else:
-            os.environ[ADDRESS_ENV] = before
+            os.environ[name] = value
+    # Python sets handlers in the main thread only; None: one not set from Python.
+    if before.sigterm is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, before.sigterm)

@@ -44,8 +44,17 @@ def valid_keys(cls: type = RunConfig, prefix: str = "") -> list[str]:
     return keys
 
 
+def _words(key: str) -> set[str]:
+    """The words of a key's last component: `max_num_steps` -> {max, num, steps}."""
+    return set(key.rsplit(".", 1)[-1].lower().split("_")) - {""}
+
+
 def _unknown_key_error(key: str, where: str) -> ConfigError:
-    candidates = valid_keys()
+    """The error for a key the schema lacks, with the closest valid key that shares a word
+    with it (a spelling slip), or no suggestion: a similar-looking key about something else
+    (`grpo.no_such_key` -> `grpo.val_batch_size`) misleads more than none."""
+    words = _words(key)
+    candidates = [c for c in valid_keys() if _words(c) & words]
     close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.5)
     if not close:  # Try the last component alone: `grpo.max_steps` vs `max_num_steps`.
         leaf = key.rsplit(".", 1)[-1]

@@ -86,6 +86,7 @@ class PolicyRank:
                 timeout=timedelta(seconds=config.cluster.collective_timeout_s),
             )
         from megatron.core import parallel_state
+
         from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 
         self._created_parallel_state = not parallel_state.model_parallel_is_initialized()

@@ -24,6 +24,7 @@ from mcore_grpo.grpo.cluster import fault, placement
 from mcore_grpo.grpo.cluster.cluster_attach import attach
 from mcore_grpo.grpo.cluster.local_ray import start_local_ray, stop_local_ray
 from mcore_grpo.grpo.cluster.placement import NodeGroups, Placement, WorkerPlace, free_port
+from mcore_grpo.grpo.cluster.ray_import import before_ray_import
 from mcore_grpo.grpo.config.schema import RunConfig
 from mcore_grpo.grpo.ranks.messages import TaskTokens
 from mcore_grpo.grpo.ranks.rank import PolicyRank
@@ -34,7 +35,13 @@ PlacementFactory = Callable[[Any, int, int, bool], Placement]
 
 
 class WorkerFailed(RuntimeError):
-    """A policy worker raised, died or went silent; the message names it and the cause."""
+    """A policy worker raised, died or went silent; the message names it and the cause.
+    `repeats`: the error's class name when the worker failed to start with an error a rerun
+    raises again (`fault.REPEATING`), so the command line does not say to run again."""
+
+    def __init__(self, message: str, *, repeats: str | None = None) -> None:
+        super().__init__(message)
+        self.repeats = repeats
 
 
 class Runner(Protocol):
@@ -69,7 +76,9 @@ class LocalRunner:
                     config, tokens, 0, 1, "127.0.0.1", port, fail_at_step=fail_at_step
                 )
         except Exception as err:
-            raise WorkerFailed(f"worker rank 0 failed to start: {err!r}") from err
+            raise WorkerFailed(
+                f"worker rank 0 failed to start: {err!r}", repeats=fault.repeating_error(err)
+            ) from err
         self.places = [WorkerPlace(0, "local", "127.0.0.1", os.getpid())]
 
     def call(self, method: str, per_rank_args: Sequence[tuple[Any, ...]]) -> list[Any]:
@@ -104,15 +113,11 @@ class RayRunner:
     ) -> None:
         """`rank_cls`: the actor class (a `PolicyRank`; NeMo-RL's driver passes its subclass);
         `placement_factory`: who reserves the nodes (NeMo-RL's driver: its `RayVirtualCluster`)."""
-        # The actors run this driver's own interpreter (the project venv). Ray's default
-        # `uv run` integration would instead re-launch workers through an ancestor `uv run`
-        # (e.g. `uv run pytest`) from another working directory, where they find no ray
-        # ("No module named 'ray'"). Read by ray at import, so set before the first import.
-        os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+        before_ray_import()  # the actors run this interpreter, not a nested `uv run`
         import ray
 
         self.world_size = world_size
-        self._ray: Any = ray  # imported here: RAY_ENABLE_UV_RUN_RUNTIME_ENV must be set first
+        self._ray: Any = ray  # imported here: after `before_ray_import`
         self._started_ray = False
         self.collective_timeout_s = config.cluster.collective_timeout_s
         self.fault_wait_s = config.cluster.fault_wait_s
@@ -186,7 +191,9 @@ class RayRunner:
                     method,
                     collective_timeout_s=self.collective_timeout_s,
                     fault_wait_s=self.fault_wait_s,
-                )
+                ),
+                # "ready" is the first call: an actor whose construction raised fails it.
+                repeats=fault.repeating_fault(faults) if method == "ready" else None,
             )
             raise self.failure
         return ray.get(refs)

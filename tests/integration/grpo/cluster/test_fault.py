@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 from mcore_grpo.cli import aborted_message
-from mcore_grpo.grpo.cluster.fault import Cause, RankFault, describe, is_collective_error
+from mcore_grpo.grpo.cluster.fault import (
+    Cause,
+    RankFault,
+    describe,
+    is_collective_error,
+    repeating_error,
+    repeating_fault,
+)
 from mcore_grpo.grpo.cluster.placement import PlacementError, WorkerPlace, ranks_per_node
 from mcore_grpo.grpo.config.config_loader import load_config
 from mcore_grpo.grpo.config.schema import ConfigError
@@ -75,6 +82,31 @@ def test_the_abort_line_names_the_last_checkpoint_and_the_resume_command(tmp_pat
         + " ".join(argv)
         + " --resume"
     )
+
+
+def test_a_start_up_failure_a_rerun_repeats_says_so_and_how_to_end_it(tmp_path: Path) -> None:
+    """An import the installed tree lacks fails every start: never "run again"."""
+    missing = ImportError("cannot import name 'GatedDeltaNet2' from 'megatron.core.ssm'")
+    assert repeating_error(missing) == "ImportError"
+    assert repeating_error(RuntimeError("gloo: connection reset")) is None
+    ray_text = (
+        "The actor died because of an error raised in its creation task, "
+        'ray::PolicyRank.__init__()\n  File "forward.py", line 46\n'
+        "ModuleNotFoundError: No module named 'megatron.core.ssm'"
+    )
+    raised = [RankFault(PLACES[0], Cause.RAISED, ray_text)]
+    assert repeating_fault(raised) == "ModuleNotFoundError"
+    assert repeating_fault([RankFault(PLACES[0], Cause.NODE_LOST, "its node died")]) is None
+    assert repeating_fault([RankFault(PLACES[0], Cause.RAISED, GLOO_CLOSED)]) is None
+
+    err = WorkerFailed(f"worker rank 0 failed to start: {missing!r}", repeats="ImportError")
+    line = aborted_message(err, tmp_path, None, [])
+    assert "run again" not in line
+    assert line.startswith("mcore-grpo: run aborted: worker rank 0 failed to start: ImportError(")
+    assert "every start fails with this ImportError" in line
+    assert "tools/apply_patches.sh" in line and "docs/environment.md" in line
+    err = WorkerFailed("worker rank 0 failed to start: TypeError('x')", repeats="TypeError")
+    assert aborted_message(err, tmp_path, None, []).endswith("a rerun repeats it")
 
 
 def test_bad_cluster_settings_are_refused_naming_the_key() -> None:

@@ -64,6 +64,13 @@ def test_unknown_key_names_closest(override: str, closest: str) -> None:
         load_config(overrides=[override])
 
 
+@pytest.mark.parametrize("key", ["grpo.no_such_key", "policy.zzz", "loss_fn.colour"])
+def test_an_unknown_key_sharing_no_word_with_any_gets_no_suggestion(key: str) -> None:
+    with pytest.raises(ConfigError, match=rf"unknown config key '{key}'") as raised:
+        load_config(overrides=[f"{key}=1"])
+    assert "did you mean" not in str(raised.value)
+
+
 def test_value_and_shape_errors() -> None:
     with pytest.raises(ConfigError, match=r"'grpo.max_num_steps'.*must be int"):
         load_config(overrides=["grpo.max_num_steps=many"])
