@@ -39,14 +39,6 @@ class Layout:
     ep: int = 1
     etp: int | None = None
 
-    def kwargs(self) -> dict[str, int | None]:
-        return {
-            "tensor_model_parallel_size": self.tp,
-            "pipeline_model_parallel_size": self.pp,
-            "expert_model_parallel_size": self.ep,
-            "expert_tensor_parallel_size": self.etp,
-        }
-
 
 def current_layout() -> Layout | None:
     """The live parallel state's layout, or None when megatron-core's is not initialized."""
@@ -73,7 +65,12 @@ def _set(layout: Layout | None) -> None:
     if ps.model_parallel_is_initialized():
         ps.destroy_model_parallel()
     if layout is not None:
-        ps.initialize_model_parallel(**layout.kwargs())
+        ps.initialize_model_parallel(
+            tensor_model_parallel_size=layout.tp,
+            pipeline_model_parallel_size=layout.pp,
+            expert_model_parallel_size=layout.ep,
+            expert_tensor_parallel_size=layout.etp,
+        )
 
 
 @contextmanager
