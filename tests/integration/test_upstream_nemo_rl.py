@@ -150,7 +150,10 @@ def test_a_placement_the_cluster_cannot_hold_fails_at_once(
 ) -> None:
     """Unset, NeMo-RL tries 6 times and sleeps 63 s before the same error; with the plugin's
     setting it tries once; a value the caller set is kept."""
-    monkeypatch.delenv(PLACEMENT_RETRIES_VAR, raising=False)
+    # setenv first, so that monkeypatch records the variable's state before the test and puts
+    # it back (a delenv of an unset variable records nothing; placement_fails_fast sets it).
+    monkeypatch.setenv(PLACEMENT_RETRIES_VAR, "")
+    monkeypatch.delenv(PLACEMENT_RETRIES_VAR)
     tries, slept, error = _placement_tries(monkeypatch)
     assert (tries, sum(slept)) == (6, 63)
     assert "Maximum number of retries reached (6)" in error

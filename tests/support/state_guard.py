@@ -36,11 +36,13 @@ Snapshot = dict[str, object]
 
 # Module-level state of this repository's code: module -> attributes (read as a value or, for
 # a callable or an object, as an identity). A key of a module not yet imported is skipped.
+# Not here, on purpose: memo caches keyed by what they read, where a hit is the answer a miss
+# would give (`source.nested_plan._PLANS`, keyed by each checkout's file stats), and log-once
+# sets (`worker.generation._LOGGED`).
 REGISTRIES: dict[str, tuple[str, ...]] = {
     "tools.patchtool.source.mirror": ("_active",),
     "tools.patchtool.core.git": ("_SESSION_CONFIG",),
     "tools.patchtool.verify.pytest_run": ("_LIVE",),
-    "tools.patchtool.source.nested_plan": ("_PLANS",),
     "mcore_grpo.worker.cpu": ("_DEPTH", "_SAVED"),
     "mcore_grpo.upstream_cpu": ("_STATE", "_SAVED"),
     "mcore_grpo.worker.generation": ("_SAMPLERS",),
