@@ -210,8 +210,15 @@ def changed(before: Snapshot, after: Snapshot) -> dict[str, tuple[object, object
     return out
 
 
+def _short(value: object, limit: int = 300) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def _describe(diff: dict[str, tuple[object, object]]) -> str:
-    return "\n".join(f"  {key}: {old!r} -> {new!r}" for key, (old, new) in sorted(diff.items()))
+    return "\n".join(
+        f"  {key}: {_short(old)} -> {_short(new)}" for key, (old, new) in sorted(diff.items())
+    )
 
 
 class StateGuard:
