@@ -76,24 +76,37 @@ class PolicyRank:
         # What this rank creates it tears down at shutdown, and only that: a caller's process
         # group or parallel state (a test session's, a notebook's) outlives the run.
         self._created_group = not dist.is_initialized()
+        self._created_parallel_state = False
+        # The torchrun variables of the group it makes (read by upstream code that asks the
+        # environment for its rank), as they were before: put back at shutdown.
+        self._environ_before: dict[str, str | None] = {}
         if self._created_group:
-            host = f"[{master_addr}]" if ":" in master_addr else master_addr
+            rendezvous = {
+                "RANK": str(rank),
+                "WORLD_SIZE": str(world_size),
+                "MASTER_ADDR": master_addr,
+                "MASTER_PORT": str(master_port),
+            }
+            self._environ_before = {name: os.environ.get(name) for name in rendezvous}
+            os.environ.update(rendezvous)
             dist.init_process_group(
                 backend=backend_for(config.policy.device),
-                init_method=f"tcp://{host}:{master_port}",
                 rank=rank,
                 world_size=world_size,
                 timeout=timedelta(seconds=config.cluster.collective_timeout_s),
             )
-        from megatron.core import parallel_state
+        try:
+            from megatron.core import parallel_state
 
-        from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
+            from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 
-        self._created_parallel_state = not parallel_state.model_parallel_is_initialized()
-
-        self.loss = RecordingLossSum(config.loss_fn)
-        self.worker = MegatronPolicyWorker(worker_config(config, tokens), loss_sum_fn=self.loss)
-        self.sampling = sampling_params(config, tokens)
+            self._created_parallel_state = not parallel_state.model_parallel_is_initialized()
+            self.loss = RecordingLossSum(config.loss_fn)
+            self.worker = MegatronPolicyWorker(worker_config(config, tokens), loss_sum_fn=self.loss)
+            self.sampling = sampling_params(config, tokens)
+        except BaseException:
+            self.shutdown()  # a rank that failed to start leaves the process as it found it
+            raise
 
     def ready(self) -> WorkerPlace:
         """Where this rank's Ray actor runs; the runner's wait for construction."""
@@ -285,9 +298,14 @@ class PolicyRank:
 
     def shutdown(self) -> None:
         """Tear down megatron's parallel state and the process group, where this rank made them."""
-        from megatron.core import parallel_state
-
         if self._created_parallel_state:
+            from megatron.core import parallel_state
+
             parallel_state.destroy_model_parallel()
         if self._created_group and dist.is_initialized():
             dist.destroy_process_group()
+        for name, value in self._environ_before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
