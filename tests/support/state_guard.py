@@ -28,6 +28,7 @@ import os
 import signal
 import sys
 from collections.abc import Generator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -221,16 +222,42 @@ def _describe(diff: dict[str, tuple[object, object]]) -> str:
     )
 
 
+@dataclass(frozen=True)
+class Footprint:
+    """What a fixture wider than a function changed at its setup: `keys`, between `before` and
+    `after` its setup."""
+
+    name: str
+    before: Snapshot
+    after: Snapshot
+    keys: set[str]
+
+    def left(self, now: Snapshot) -> dict[str, tuple[object, object]]:
+        """The keys whose setup change is still in force `now`. A list (sys.path) counts by its
+        own entries: others that imports added meanwhile (excused where they happened) stay."""
+        out: dict[str, tuple[object, object]] = {}
+        for key in self.keys:
+            old = self.before.get(key, PRISTINE.get(key, UNSET))
+            set_up, new = self.after.get(key, UNSET), now.get(key, UNSET)
+            if isinstance(old, list) and isinstance(set_up, list) and isinstance(new, list):
+                added, removed = set(set_up) - set(old), set(old) - set(set_up)
+                if added & set(new) or removed - set(new):
+                    out[key] = (old, new)
+            elif old != new:
+                out[key] = (old, new)
+        return out
+
+
 class StateGuard:
     """The per-test and per-fixture bookkeeping (one instance per session)."""
 
     def __init__(self) -> None:
         self.before_item: Snapshot = {}
-        # Fixtures wider than a function, while set up: (before its setup, keys it changed).
-        self.footprints: dict[int, tuple[str, Snapshot, set[str]]] = {}
+        # Fixtures wider than a function, while set up: their `Footprint`.
+        self.footprints: dict[int, Footprint] = {}
         self.excused: set[str] = set()
-        # Wider fixtures torn down in the current test's teardown: (footprint, scope).
-        self.torn_down: list[tuple[tuple[str, Snapshot, set[str]], str]] = []
+        # Wider fixtures torn down in the current test's teardown.
+        self.torn_down: list[Footprint] = []
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None]:
@@ -247,8 +274,10 @@ class StateGuard:
             return (yield)
         before = snapshot()
         result = yield
-        keys = set(changed(before, snapshot()))
-        self.footprints[id(fixturedef)] = (_fixture_name(fixturedef), before, keys)
+        after = snapshot()
+        keys = set(changed(before, after))
+        name = f"{fixturedef.argname} of {fixturedef.baseid or 'the root'} ({fixturedef.scope})"
+        self.footprints[id(fixturedef)] = Footprint(name, before, after, keys)
         self.excused |= keys
         return result
 
@@ -257,19 +286,18 @@ class StateGuard:
     ) -> None:
         held = self.footprints.pop(id(fixturedef), None)
         if held is not None:
-            self.torn_down.append((held, fixturedef.scope))
+            self.torn_down.append(held)
 
     def _fixture_leaks(self, now: Snapshot) -> list[str]:
         """What a wider fixture torn down in this teardown left changed, read once the whole
         teardown ran (a fixture's state may be restored by the fixture it depends on)."""
         leaks = []
-        for (name, before, keys), scope in self.torn_down:
-            self.excused |= keys
-            left = {k: (before.get(k, PRISTINE.get(k, UNSET)), now.get(k, UNSET)) for k in keys}
-            left = {k: v for k, v in left.items() if v[0] != v[1]}
+        for footprint in self.torn_down:
+            self.excused |= footprint.keys
+            left = footprint.left(now)
             if left:
                 leaks.append(
-                    f"fixture {name!r} ({scope}) left changed what it set up:\n" + _describe(left)
+                    f"fixture {footprint.name!r} left changed what it set up:\n" + _describe(left)
                 )
         return leaks
 
@@ -292,10 +320,6 @@ class StateGuard:
                 + "\nrestore it in the test or fixture that changed it (tests/support/state_guard.py)",
                 pytrace=False,
             )
-
-
-def _fixture_name(fixturedef: pytest.FixtureDef[Any]) -> str:
-    return f"{fixturedef.argname} of {fixturedef.baseid or 'the root'}"
 
 
 def _restore(diff: dict[str, tuple[object, object]]) -> None:

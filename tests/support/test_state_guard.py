@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.state_guard import PRISTINE, UNSET, Snapshot, changed
+from tests.support.state_guard import PRISTINE, UNSET, Footprint, Snapshot, changed
 
 REPO = Path(__file__).resolve().parents[2]
 PLAIN = ["-p", "no:randomly", "-p", "no:cacheprovider", "-q", "-rE"]  # in file order, no cache
@@ -83,7 +83,7 @@ def test_each_leak_fails_its_own_test_naming_what_it_changed(tmp_path: Path) -> 
     assert "test_leaves_a_signal_handler left process-wide state changed" in out
     assert "signal handler SIGHUP" in out
     assert "test_leaves_the_working_directory left process-wide state changed" in out
-    assert "fixture 'shared of test_leaky.py' (module) left changed what it set up" in out
+    assert "fixture 'shared of test_leaky.py (module)' left changed what it set up" in out
     assert "os.environ[STATE_GUARD_MODULE]" in out
     for clean in ("test_restores_its_variable", "test_after_the_leaks_sees_them_put_back"):
         assert f"ERROR test_leaky.py::{clean}" not in out, out
@@ -109,3 +109,14 @@ def test_what_an_import_does_for_good_is_excused_in_the_test_that_imports() -> N
     assert changed(before, after) == {}
     after_again: Snapshot = {"imported": ["ray"], "os.environ[RAY_CLIENT_MODE]": "1"}
     assert changed(after, after_again) == {"os.environ[RAY_CLIENT_MODE]": ("0", "1")}
+
+
+def test_a_fixtures_own_path_entry_counts_not_what_imports_added_meanwhile() -> None:
+    """A session fixture puts its root on sys.path; ray's import adds its own later. Taking the
+    root off again restores what the fixture changed; leaving it on does not."""
+    before: Snapshot = {"sys.path": ["/lib"]}
+    set_up: Snapshot = {"sys.path": ["/lib", "/nemo-rl"]}
+    footprint = Footprint("nemo_rl_on_path (session)", before, set_up, {"sys.path"})
+    assert footprint.left({"sys.path": ["/lib", "/ray/thirdparty_files"]}) == {}
+    left = footprint.left({"sys.path": ["/lib", "/nemo-rl", "/ray/thirdparty_files"]})
+    assert list(left) == ["sys.path"]
