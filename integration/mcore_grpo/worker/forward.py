@@ -100,12 +100,15 @@ def model_logits(
     positions: torch.Tensor,
     mask: torch.Tensor | None,
     inference_context: Any = None,
+    packed_seq_params: Any = None,
 ) -> torch.Tensor:
     """[B, S', V] fp32 logits for explicit positions and mask, gathered across TP ranks.
 
     `inference_context`: megatron-core's KV-cache context (the cached sampler); then S' may be
     1 (only the last position's logits are materialised) and the output layer gathers the TP
-    shards itself (megatron-core's inference mode requires `runtime_gather_output`)."""
+    shards itself (megatron-core's inference mode requires `runtime_gather_output`).
+    `packed_seq_params`: how the rows are packed (megatron-core's `SharedPrefixParams` for
+    shared-prefix rows, whose segments then are the whole mask)."""
     from megatron.core import parallel_state, tensor_parallel
 
     if inference_context is not None:
@@ -117,7 +120,10 @@ def model_logits(
             runtime_gather_output=True,
         )
         return logits.float()
-    logits = model(input_ids, positions, mask)
+    if packed_seq_params is None:
+        logits = model(input_ids, positions, mask)
+    else:
+        logits = model(input_ids, positions, mask, packed_seq_params=packed_seq_params)
     if parallel_state.get_tensor_model_parallel_world_size() > 1:
         logits = tensor_parallel.gather_from_tensor_model_parallel_region(logits)
     return logits.float()
