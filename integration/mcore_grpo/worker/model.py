@@ -164,9 +164,7 @@ def _build(config: WorkerConfig) -> tuple[Any, torch.nn.Module]:
 
     tcfg = transformer_config(config)
     spec = layer_spec_name(config)
-    refuse_before_build(
-        config.shared_prefix, tcfg, config.model.position_embedding_type, spec == "te"
-    )
+    refuse_before_build(config.shared_prefix, tcfg, config.model.position_embedding_type)
     log.info(
         "mcore_grpo.worker: GPTModel with the %s layer spec on %s, %s",
         spec,
@@ -240,7 +238,7 @@ def _build_from_hf(config: WorkerConfig) -> tuple[Any, torch.nn.Module]:
     provider.finalize()
     # An explicit shared_prefix=True the checkpoint's config rules out: refused before the
     # model is built (its layers are checked again once built).
-    refuse_before_build(config.shared_prefix, provider, provider.position_embedding_type, te)
+    refuse_before_build(config.shared_prefix, provider, provider.position_embedding_type)
     models = provider.provide_distributed_model(wrap_with_ddp=False, use_cpu_initialization=cpu)
     gpt = models[0]
     return gpt.config, gpt.to(config.torch_device)

@@ -8,11 +8,16 @@ rope-from-position-ids.patch) and learned absolute ones see what they see unshar
 then those of the unshared rows (Prefix Grouper, arXiv 2506.05433): the logprobs equal, and the
 prefix's gradient is the sum its copies would get.
 
+The packed rows hold real tokens only (padding is dropped; positions say where each token was)
+and are described to megatron-core by segments, not a mask (`SharedPrefixParams`,
+patches/Megatron-LM/shared-prefix-attention.patch): the prefix a root, each suffix continuing
+it. Attention then costs P^2/2 + G*C*(P + C/2) query-key pairs, never more than the rows apart,
+on the local backend (torch SDPA, CPU and CUDA) and on Transformer Engine (THD).
+
 Groups are found in the data, not assumed: consecutive rows are compared column by column
 (tokens and padding alike), so a microbatch that splits a group, or rows that share nothing,
-stay exact and simply share less. Whether a run of rows is worth sharing is decided by a cost
-model (`FlopCost`): the packed row saves token computations but its attention is dense over the
-whole packed row, which long suffixes make dearer than the rows it replaces.
+stay exact and simply share less. A row that would shrink its group's prefix joins only where
+one packed row still costs less than the group and the row apart (`FlopCost`).
 """
 
 from __future__ import annotations
@@ -54,9 +59,12 @@ class FlopCost:
             per_score=layers * 4 * hidden,
         )
 
-    def rows(self, lengths: list[int]) -> float:
-        """Cost of forwarding rows of these lengths, each on its own."""
-        return sum(self.per_token * n + self.per_score * n * n for n in lengths)
+    def packed(self, prefix: int, suffixes: list[int]) -> float:
+        """Cost of one packed row: a prefix of `prefix` real tokens attended causally, then each
+        suffix over the prefix and, causally, itself."""
+        tokens = prefix + sum(suffixes)
+        scores = prefix * prefix / 2 + sum(n * (prefix + n / 2) for n in suffixes)
+        return self.per_token * tokens + self.per_score * scores
 
 
 def gpt_module(model: torch.nn.Module) -> Any:
@@ -73,10 +81,13 @@ RECURRENT_VARIANTS = ("gdn", "gdn2", "gated_delta_net")
 RECURRENT_SYMBOLS = "MG"  # megatron-core's hybrid layer pattern: Mamba, gated delta net
 
 
+# Core attention classes that take `SharedPrefixParams` (shared-prefix-attention.patch):
+# megatron-core's local attention (and our SDPA subclass of it), Transformer Engine's.
+SEGMENT_ATTENTION = ("DotProductAttention", "SDPADotProductAttention", "TEDotProductAttention")
+
+
 def unsupported_reason(model: torch.nn.Module) -> str | None:
     """Why shared-prefix rows would not give this model's unshared logits, or None if they do."""
-    from megatron.core.transformer.dot_product_attention import DotProductAttention
-
     if has_recurrent_layers(model):
         return RECURRENT_REASON
     gpt = gpt_module(model)
@@ -84,15 +95,23 @@ def unsupported_reason(model: torch.nn.Module) -> str | None:
     if reason is not None:
         return reason
     for module in model.modules():
-        if hasattr(module, "core_attention") and not isinstance(
-            module.core_attention, DotProductAttention
-        ):
-            return _attention_reason(type(module.core_attention).__name__)
+        attention = getattr(module, "core_attention", None)
+        if attention is not None and type(attention).__name__ not in SEGMENT_ATTENTION:
+            return (
+                f"its attention ({type(attention).__name__}) takes no shared-prefix segments; "
+                "megatron-core's local and Transformer Engine attention do"
+            )
     return None
 
 
-def _attention_reason(name: str) -> str:
-    return f"its attention ({name}) takes no shared-prefix mask; the local backend does"
+def segment_attention_available() -> bool:
+    """Whether megatron-core attends `SharedPrefixParams` (patches/Megatron-LM/
+    shared-prefix-attention.patch applied)."""
+    try:
+        import megatron.core.transformer.shared_prefix_attention  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def config_reason(config: Any, position_embedding_type: str) -> str | None:
@@ -112,6 +131,11 @@ def config_reason(config: Any, position_embedding_type: str) -> str | None:
         return "its sparse attention (DSA) picks keys by its own indexer, which takes no mask"
     if getattr(config, "multi_latent_attention", False):
         return "multi-latent attention rotates inside its attention, by sequence index"
+    if not segment_attention_available():
+        return (
+            "megatron-core attends no shared-prefix segments: apply "
+            "patches/Megatron-LM/shared-prefix-attention.patch (tools/apply_patches.sh)"
+        )
     kind = position_embedding_type
     if kind == "rope" and "rope_from_position_ids" not in TransformerConfig.__dataclass_fields__:
         return (
@@ -173,16 +197,12 @@ def resolve(requested: bool | None, model: torch.nn.Module) -> bool:
     return False
 
 
-def refuse_before_build(
-    requested: bool | None, config: Any, position_embedding_type: str, te_attention: bool
-) -> None:
-    """Raise for an explicit `shared_prefix=True` that the model's config (or its Transformer
-    Engine attention) already rules out, before the model is built; unset or False: nothing."""
+def refuse_before_build(requested: bool | None, config: Any, position_embedding_type: str) -> None:
+    """Raise for an explicit `shared_prefix=True` that the model's config already rules out,
+    before the model is built; unset or False: nothing."""
     if not requested:
         return
     reason = config_reason(config, position_embedding_type)
-    if reason is None and te_attention:
-        reason = _attention_reason("Transformer Engine's")
     if reason is not None:
         raise _refusal(reason)
 
@@ -216,31 +236,60 @@ class Group:
     size: int
     prefix: int
 
-    def packed_length(self, ends: list[int]) -> int:
-        """Columns of the packed row: the prefix, then each row's real columns after it."""
-        rows = range(self.first, self.first + self.size)
-        return self.prefix + sum(max(ends[r] - self.prefix, 0) for r in rows)
+    @property
+    def rows(self) -> range:
+        return range(self.first, self.first + self.size)
+
+
+class RealTokens:
+    """How many real tokens each row holds in a span of columns (cumulative counts, on the
+    host: the planner asks for many spans)."""
+
+    def __init__(self, valid: torch.Tensor) -> None:
+        counts = torch.nn.functional.pad(valid.long().cumsum(dim=1), (1, 0))
+        self._counts: list[list[int]] = counts.tolist()
+
+    def between(self, row: int, start: int, end: int) -> int:
+        """Real tokens of `row` in columns start .. end - 1."""
+        return self._counts[row][max(end, start)] - self._counts[row][start]
+
+    def of_group(self, group: Group, ends: list[int]) -> tuple[int, list[int]]:
+        """Real tokens of the group's prefix, and of each member's suffix after it."""
+        prefix = self.between(group.first, 0, group.prefix)
+        suffixes = [self.between(r, group.prefix, ends[r]) for r in group.rows]
+        return prefix, suffixes
+
+    def packed_length(self, group: Group, ends: list[int]) -> int:
+        """Columns of the group's packed row: its real tokens."""
+        prefix, suffixes = self.of_group(group, ends)
+        return prefix + sum(suffixes)
 
 
 def plan_groups(
     input_ids: torch.Tensor, valid: torch.Tensor, cost: FlopCost
 ) -> tuple[list[Group], list[int]]:
     """Greedy left to right: a row joins the group before it when one packed row costs less
-    than that group and the row apart; otherwise it starts a group. Also returns `row_ends`."""
+    than that group and the row apart (a row that shares less than the group's prefix shrinks
+    it for every member); otherwise it starts a group. Also returns `row_ends`."""
     ends = row_ends(valid)
     shared = common_prefixes(input_ids, valid, ends)
+    real = RealTokens(valid)
+
+    def group_cost(group: Group) -> float:
+        return cost.packed(*real.of_group(group, ends))
+
     groups: list[Group] = []
     for row, end in enumerate(ends):
+        alone = Group(row, 1, end)
         if groups:
             last = groups[-1]
             prefix = min(last.prefix, shared[row - 1]) if last.size > 1 else shared[row - 1]
             joined = Group(last.first, last.size + 1, prefix)
-            together = cost.rows([joined.packed_length(ends)])
-            apart = cost.rows([last.packed_length(ends), end])
-            if prefix > 0 and together < apart:
+            shares = real.between(row, 0, prefix) > 0
+            if shares and group_cost(joined) < group_cost(last) + group_cost(alone):
                 groups[-1] = joined
                 continue
-        groups.append(Group(row, 1, end))
+        groups.append(alone)
     return groups, ends
 
 
@@ -248,16 +297,18 @@ def plan_groups(
 class SharedPrefixLayout:
     """The packed rows and where each original row's predictions come from in them.
 
-    input_ids, positions: [R, T]; mask: [R, 1, T, T] bool, True = masked. For original row b
-    and column t < S-1 (the prediction of input_ids[b, t+1]): row[b] is its packed row,
-    source[b, t] the packed column whose logits predict it, scored[b, t] whether both that
-    target and the token predicting it are real (else source is 0 and the logprob is reported
-    as 0: a prediction from a padding position attends nothing and means nothing).
+    input_ids, positions: [R, T], real tokens only (each at the position it has in its own
+    row), trailing columns padding; params: megatron-core's `SharedPrefixParams`, the segments
+    (each group's prefix a root, each member's suffix continuing it), the whole attention mask.
+    For original row b and column t < S-1 (the prediction of input_ids[b, t+1]): row[b] is its
+    packed row, source[b, t] the packed column whose logits predict it, scored[b, t] whether
+    both that target and the token predicting it are real (else source is 0 and the logprob is
+    reported as 0: a prediction from a padding position attends nothing and means nothing).
     """
 
     input_ids: torch.Tensor
     positions: torch.Tensor
-    mask: torch.Tensor
+    params: Any
     row: torch.Tensor
     source: torch.Tensor
     scored: torch.Tensor
@@ -273,43 +324,55 @@ class SharedPrefixLayout:
     ) -> SharedPrefixLayout:
         """Pack `groups` of the [B, S] rows; each packed row padded to a multiple of `multiple`
         columns (the TP size under sequence parallelism)."""
+        from megatron.core.transformer.shared_prefix_attention import (
+            PrefixSegment,
+            SharedPrefixParams,
+        )
+
         device = input_ids.device
         batch, seq = input_ids.shape
         valid = valid.bool()
         positions = token_positions(valid)
-        width = max(g.packed_length(ends) for g in groups)
+        real = RealTokens(valid)
+        width = max(1, max(real.packed_length(g, ends) for g in groups))
         width = -(-width // multiple) * multiple
         packed_ids = torch.zeros(len(groups), width, dtype=input_ids.dtype, device=device)
         packed_pos = torch.zeros(len(groups), width, dtype=positions.dtype, device=device)
-        packed_valid = torch.zeros(len(groups), width, dtype=torch.bool, device=device)
-        segment = torch.full((len(groups), width), -1, dtype=torch.long, device=device)
-        row_of = torch.empty(batch, dtype=torch.long, device=device)
-        source = torch.zeros(batch, seq - 1, dtype=torch.long, device=device)
-        column = torch.arange(seq - 1, device=device)
+        row_of = torch.zeros(batch, dtype=torch.long, device=device)
+        # Column t's index among its row's real tokens; t < prefix: in the shared prefix.
+        real_index = valid.long().cumsum(dim=1) - 1
+        shift = torch.zeros(batch, seq, dtype=torch.long, device=device)
+        column = torch.arange(seq, device=device)
+        segments: list[PrefixSegment] = []
         for index, group in enumerate(groups):
-            first, p = group.first, group.prefix
-            packed_ids[index, :p] = input_ids[first, :p]
-            packed_pos[index, :p] = positions[first, :p]
-            packed_valid[index, :p] = valid[first, :p]
-            segment[index, :p] = 0
-            offset = p
-            for member, b in enumerate(range(first, first + group.size)):
-                length = max(ends[b] - p, 0)
+            p = group.prefix
+            keep = valid[group.first, :p]
+            prefix_len = int(keep.sum())
+            packed_ids[index, :prefix_len] = input_ids[group.first, :p][keep]
+            packed_pos[index, :prefix_len] = positions[group.first, :p][keep]
+            root = -1
+            if prefix_len:
+                segments.append(PrefixSegment(index, 0, prefix_len))
+                root = len(segments) - 1
+            offset = prefix_len
+            for b in group.rows:
+                keep = valid[b, p : ends[b]]
+                length = int(keep.sum())
                 span = slice(offset, offset + length)
-                packed_ids[index, span] = input_ids[b, p : p + length]
-                packed_pos[index, span] = positions[b, p : p + length]
-                packed_valid[index, span] = valid[b, p : p + length]
-                segment[index, span] = member + 1
+                packed_ids[index, span] = input_ids[b, p : ends[b]][keep]
+                packed_pos[index, span] = positions[b, p : ends[b]][keep]
+                if length:
+                    segments.append(PrefixSegment(index, offset, length, root))
                 row_of[b] = index
-                # Column t predicts t+1: in the prefix while t < p, then in this row's suffix.
-                source[b] = torch.where(column < p, column, offset + column - p)
+                shift[b] = torch.where(column < p, 0, offset - prefix_len)
                 offset += length
+        source = (real_index + shift)[:, :-1]
         scored = valid[:, :-1] & valid[:, 1:]
         source = torch.where(scored, source, torch.zeros_like(source))
-        query, key = segment[:, :, None], segment[:, None, :]
-        causal = torch.ones(width, width, dtype=torch.bool, device=device).triu(1)
-        visible = ((key == 0) | (key == query)) & packed_valid[:, None, :] & ~causal
-        return cls(packed_ids, packed_pos, ~visible[:, None], row_of, source, scored)
+        if not segments:  # no real token at all: nothing is scored, one segment keeps it valid
+            segments.append(PrefixSegment(0, 0, width))
+        params = SharedPrefixParams(segments=tuple(segments))
+        return cls(packed_ids, packed_pos, params, row_of, source, scored)
 
     def token_logprobs(
         self, logits: torch.Tensor, targets: torch.Tensor, vocab_size: int, temperature: float
@@ -339,5 +402,7 @@ def shared_prefix_logprobs(
     valid = valid.bool()
     groups, ends = plan_groups(input_ids, valid, FlopCost.of(model))
     layout = SharedPrefixLayout.build(input_ids, valid, groups, ends, multiple)
-    logits = model_logits(model, layout.input_ids, layout.positions, layout.mask)
+    logits = model_logits(
+        model, layout.input_ids, layout.positions, None, packed_seq_params=layout.params
+    )
     return layout.token_logprobs(logits, input_ids[:, 1:], vocab_size, temperature), logits

@@ -22,6 +22,7 @@ from mcore_grpo.worker.model import build_gpt
 from mcore_grpo.worker.shared_prefix import (
     FlopCost,
     Group,
+    RealTokens,
     SharedPrefixLayout,
     config_reason,
     enable,
@@ -109,9 +110,9 @@ def test_the_two_groups_are_found_and_share_their_prompts(model: torch.nn.Module
     # A group shares its prompt and padding, plus any completion tokens that happen to agree.
     assert [(g.first, g.size) for g in groups] == [(0, 3), (3, 3)]
     assert all(g.prefix >= start for g in groups)
-    packed = [g.packed_length(ends) for g in groups]
-    assert packed == [start + sum(c) for c in COMPLETIONS]
-    assert sum(packed) < 6 * WIDTH
+    real = RealTokens(valid)
+    packed = [real.packed_length(g, ends) for g in groups]
+    assert packed == [p + sum(c) for p, c in zip(PROMPTS, COMPLETIONS, strict=True)]
 
 
 def test_logprobs_equal_the_unshared_rows(model: torch.nn.Module, device: str) -> None:
@@ -182,29 +183,58 @@ def test_changing_one_completion_changes_no_other_row(model: torch.nn.Module, de
     assert float((before[1] - after[1]).abs().max()) > 1e-3  # the changed row itself moved
 
 
-def test_a_costly_share_is_left_unshared() -> None:
-    """Attention over the packed row grows with its square: with scores as dear as tokens, three
-    rows of a 2-token prompt and 40-token completions cost less apart."""
-    ids = torch.zeros(3, 42, dtype=torch.long)
-    ids[:, 2:] = torch.arange(3)[:, None] + 1
-    valid = torch.ones(3, 42, dtype=torch.bool)
-    groups, _ = plan_groups(ids, valid, FlopCost(per_token=1.0, per_score=1.0))
-    assert [(g.first, g.size) for g in groups] == [(0, 1), (1, 1), (2, 1)]
-    groups, _ = plan_groups(ids, valid, FlopCost(per_token=1e6, per_score=1.0))
-    assert [(g.first, g.size, g.prefix) for g in groups] == [(0, 3, 2)]
+def test_a_row_that_would_shrink_the_prefix_starts_its_own_group() -> None:
+    """Rows 0 and 1 share 30 tokens, row 2 only the first: joining would forward 29 prompt
+    tokens twice more than leaving it apart. With segments, sharing a whole prefix never costs
+    more than the rows apart, however long the completions."""
+    ids = torch.zeros(3, 70, dtype=torch.long)
+    ids[:, 1:30] = 5
+    ids[2, 1:30] = 6
+    ids[:, 30:] = torch.arange(3)[:, None] + 1
+    valid = torch.ones(3, 70, dtype=torch.bool)
+    cost = FlopCost(per_token=1.0, per_score=1.0)
+    groups, _ = plan_groups(ids, valid, cost)
+    assert [(g.first, g.size, g.prefix) for g in groups] == [(0, 2, 30), (2, 1, 70)]
+    assert cost.packed(2, [40, 40, 40]) < 3 * cost.packed(42, [])
 
 
 def test_layout_maps_each_prediction_to_its_packed_column() -> None:
     ids = torch.tensor([[0, 5, 6, 7, 8], [0, 5, 6, 9, 0]])
     valid = torch.tensor([[0, 1, 1, 1, 1], [0, 1, 1, 1, 0]], dtype=torch.bool)
     layout = SharedPrefixLayout.build(ids, valid, [Group(0, 2, 3)], [5, 4])
-    # [pad 5 6 | 7 8 | 9]
-    assert layout.input_ids.tolist() == [[0, 5, 6, 7, 8, 9]]
-    assert layout.positions.tolist() == [[0, 0, 1, 2, 3, 2]]
-    assert layout.source.tolist() == [[0, 1, 2, 3], [0, 1, 2, 0]]
+    # [5 6 | 7 8 | 9]: real tokens only, each at its own row's position
+    assert layout.input_ids.tolist() == [[5, 6, 7, 8, 9]]
+    assert layout.positions.tolist() == [[0, 1, 2, 3, 2]]
+    assert layout.source.tolist() == [[0, 0, 1, 2], [0, 0, 1, 0]]
     assert layout.scored.tolist() == [[False, True, True, True], [False, True, True, False]]
-    visible = ~layout.mask[0, 0]
-    assert visible[5].tolist() == [False, True, True, False, False, True]  # 9 sees 5 6, not 7 8
+    # the prompt a root; each completion continues it (9 sees 5 6, never 7 8)
+    assert [(s.row, s.start, s.length, s.parent) for s in layout.params.segments] == [
+        (0, 0, 2, -1),
+        (0, 2, 2, 0),
+        (0, 4, 1, 0),
+    ]
+
+
+def test_no_dense_mask_reaches_the_model(model: torch.nn.Module, device: str) -> None:
+    """The forward gets segments (`packed_seq_params`) and no attention mask."""
+    seen: list[tuple[Any, Any]] = []
+
+    def record(module: Any, args: Any, kwargs: dict[str, Any]) -> None:
+        seen.append((args[3] if len(args) > 3 else kwargs.get("attention_mask"), kwargs))
+
+    hooks = [
+        m.register_forward_pre_hook(record, with_kwargs=True)
+        for m in model.modules()
+        if type(m).__name__.endswith("DotProductAttention")
+    ]
+    try:
+        with torch.no_grad():
+            shared_prefix_logprobs(model, *_batch(device), VOCAB)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert seen and all(mask is None for mask, _ in seen)
+    assert all(type(k["packed_seq_params"]).__name__ == "SharedPrefixParams" for _, k in seen)
 
 
 def test_moe_with_an_auxiliary_loss_falls_back_and_says_why(
