@@ -1,16 +1,19 @@
 """Shared-prefix rows against whole rows: the logprob pass and the training pass of one GRPO
-group (G samples of one prompt), on SmolLM2-135M's shape, at growing prompt lengths.
+group (G samples of one prompt), on SmolLM2-135M's shape, at prompt / completion lengths.
 
-Each (prompt length, layout) runs in a fresh process of its own, so its peak RSS
+Each (prompt, completion, layout) runs in a fresh process of its own, so its peak RSS
 (`ru_maxrss`, minus the process's RSS once the model is built) is its own; on CUDA the peak
 allocated memory instead. Timings are medians over `--repeat` passes after one warm-up. The
 model has random weights (the speed of a pass does not depend on them); the completions end at
 different lengths (a quarter of the group stops at half length), as sampled ones do.
 
-    uv run --no-sync python benchmarks/bench_shared_prefix.py [--prompts 128 512 2048]
-        [--group 8] [--completion 48] [--repeat 3] [--threads N] [--json FILE]
+    uv run --no-sync python benchmarks/bench_shared_prefix.py
+        [--prompts 128 512 2048 512 128 128] [--completion 48 48 48 512 1024 4096]
+        [--layers 30] [--group 8] [--repeat 3] [--threads N] [--json FILE]
 
-Printed, never asserted, with the load average before and after (the machine may be shared).
+`--completion` takes one length for every prompt or one per prompt. Printed, never asserted,
+with the token ratio G(P+C) / (P+GC) and the load average before and after (the machine may be
+shared).
 """
 
 from __future__ import annotations
@@ -29,11 +32,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _smollm2_shape(sequence: int) -> Any:
+def _smollm2_shape(sequence: int, layers: int) -> Any:
     from mcore_grpo.worker.config import ModelConfig
 
     return ModelConfig(
-        num_layers=30,
+        num_layers=layers,
         hidden_size=576,
         num_attention_heads=9,
         num_query_groups=3,
@@ -65,8 +68,10 @@ def _group(prompt: int, group: int, completion: int) -> tuple[Any, Any]:
     return ids, valid
 
 
-def _child(prompt: int, group: int, completion: int, shared: bool, repeat: int) -> None:
-    """One layout at one prompt length: prints one JSON line."""
+def _child(
+    prompt: int, group: int, completion: int, shared: bool, repeat: int, layers: int
+) -> None:
+    """One layout at one (prompt, completion): prints one JSON line per pass."""
     import torch
     import torch.distributed as dist
     from mcore_grpo.worker.config import WorkerConfig
@@ -81,7 +86,7 @@ def _child(prompt: int, group: int, completion: int, shared: bool, repeat: int) 
     from megatron.core import parallel_state
 
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=1)
-    config = WorkerConfig(device=device, model=_smollm2_shape(prompt + completion))
+    config = WorkerConfig(device=device, model=_smollm2_shape(prompt + completion, layers))
     with cpu_device(device):
         model_parallel_seed(0, device)
         _, gpt = build_gpt(config)
@@ -108,7 +113,12 @@ def _child(prompt: int, group: int, completion: int, shared: bool, repeat: int) 
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
         tokens = int(valid.sum()) if not shared else prompt + int(valid[:, prompt:].sum())
-        figures: dict[str, Any] = {"prompt": prompt, "shared": shared, "tokens": tokens}
+        figures: dict[str, Any] = {
+            "prompt": prompt,
+            "completion": completion,
+            "shared": shared,
+            "tokens": tokens,
+        }
         for name, run in (("logprob_s", logprob_pass), ("train_s", train_pass)):
             run()
             times = []
@@ -152,6 +162,8 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    completion = 48  # the prompt-length sweep; other completion lengths are in the table only
+    rows = [r for r in rows if r.get("completion", completion) == completion]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     passes = (("logprob_s", "logprob pass"), ("train_s", "training pass"))
     for ax, (key, title) in zip(axes, passes, strict=True):
@@ -171,9 +183,10 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prompts", type=int, nargs="+", default=[128, 512, 2048])
+    parser.add_argument("--prompts", type=int, nargs="+", default=[128, 512, 2048, 512, 128, 128])
+    parser.add_argument("--completion", type=int, nargs="+", default=[48, 48, 48, 512, 1024, 4096])
+    parser.add_argument("--layers", type=int, default=30)
     parser.add_argument("--group", type=int, default=8)
-    parser.add_argument("--completion", type=int, default=48)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
@@ -181,12 +194,21 @@ def main() -> None:
     parser.add_argument(
         "--from-json", type=Path, nargs="+", default=None, help="plot these runs' rows instead"
     )
-    parser.add_argument("--child", nargs=5, type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=6, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        prompt, group, completion, shared, repeat = args.child
-        _child(prompt, group, completion, bool(shared), repeat)
+        prompt, group, completion, shared, repeat, layers = args.child
+        _child(prompt, group, completion, bool(shared), repeat, layers)
         return
+    completions = (
+        args.completion * len(args.prompts) if len(args.completion) == 1 else args.completion
+    )
+    if len(completions) != len(args.prompts):
+        parser.error(
+            f"--completion takes one length or one per prompt ({len(args.prompts)}), "
+            f"got {len(args.completion)}"
+        )
+    points = list(zip(args.prompts, completions, strict=True))
     if args.from_json:
         loaded = [row for f in args.from_json for row in json.loads(f.read_text())["rows"]]
         plot(loaded, args.plot or Path("shared-prefix-scaling.png"))
@@ -194,13 +216,14 @@ def main() -> None:
     print(f"load average before: {os.getloadavg()}", flush=True)
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": str(ROOT)}
     rows: list[dict[str, Any]] = []
-    for prompt in args.prompts:
+    for prompt, completion in points:
         for shared in (0, 1):
             cmd = [sys.executable, __file__, "--child", str(prompt), str(args.group)]
-            cmd += [str(args.completion), str(shared), str(args.repeat)]
+            cmd += [str(completion), str(shared), str(args.repeat), str(args.layers)]
             out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
             line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
-            row = json.loads(line[-1][len("RESULT ") :]) if line else {"prompt": prompt}
+            row = json.loads(line[-1][len("RESULT ") :]) if line else {}
+            row.update(prompt=prompt, completion=completion, shared=bool(shared))
             if out.returncode:
                 # e.g. whole rows at a 2,048-token prompt: killed for memory (exit -9) on 24 GiB
                 row["error"] = f"exit {out.returncode}"
@@ -208,14 +231,19 @@ def main() -> None:
             rows.append(row)
             print(f"  {rows[-1]}", flush=True)
     print(f"load average after: {os.getloadavg()}")
-    print(f"\nG={args.group}, completion {args.completion} tokens, {args.threads} threads")
+    print(f"\nG={args.group}, {args.layers} layers, {args.threads} threads")
     print(
-        "| prompt | tokens whole / shared | logprob pass s (whole / shared, x) | training pass s (whole / shared, x) | peak MiB (whole / shared) |"
+        "| P / C | token ratio | tokens whole / shared | logprob pass s (whole / shared, x) "
+        "| training pass s (whole / shared, x) | peak MiB (whole / shared) |"
     )
-    print("|---|---|---|---|---|")
-    for prompt in args.prompts:
-        whole, shared_row = (r for r in rows if r["prompt"] == prompt)
-        print(f"| {prompt} | " + " | ".join(_cells(whole, shared_row)) + " |")
+    print("|---|---|---|---|---|---|")
+    for prompt, completion in points:
+        whole, shared_row = (
+            r for r in rows if (r["prompt"], r["completion"]) == (prompt, completion)
+        )
+        ratio = args.group * (prompt + completion) / (prompt + args.group * completion)
+        cells = " | ".join(_cells(whole, shared_row))
+        print(f"| {prompt} / {completion} | {ratio:.2f} | {cells} |")
     if args.plot is not None:
         plot(rows, args.plot)
     if args.json is not None:
@@ -223,7 +251,7 @@ def main() -> None:
             json.dumps(
                 {
                     "group": args.group,
-                    "completion": args.completion,
+                    "layers": args.layers,
                     "threads": args.threads,
                     "rows": rows,
                 },
