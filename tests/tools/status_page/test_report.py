@@ -254,3 +254,16 @@ def test_the_feeder_branch_column_names_the_commit_that_moved_the_lines(
     capsys.readouterr()
     assert main(check) == 1
     assert f"Up: 1 of 1 patches not measured on its dev ({newer[:12]})" in capsys.readouterr().err
+
+
+def test_a_patch_added_after_the_last_measurement_is_never_a_negative_age() -> None:
+    from tools.patchtool.status_page.live import Measurement
+    from tools.patchtool.status_page.render import age_days, as_of
+
+    def row(first_carried: str) -> PatchRow:
+        return PatchRow("U", "p.patch", "s", 1, 0, "pending", "", 0, first_carried, "t", "x")
+
+    old, new = row("2026-11-20"), row("2026-12-06")
+    today = as_of([old, new], [Measurement(measured="2026-11-29")])
+    assert today == "2026-12-06"
+    assert (age_days(old, today), age_days(new, today)) == ("16", "0")

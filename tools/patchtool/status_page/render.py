@@ -31,10 +31,11 @@ MAX_CAUSES = 2  # commits named per cell; the JSON document keeps them all
 
 
 def as_of(rows: list[PatchRow], live: list[Measurement]) -> str:
-    """The page's date: its newest measurement, else its newest first-carried date."""
-    dates = [m.measured for m in live if m.measured] or [
-        r.first_carried for r in rows if r.first_carried
-    ]
+    """The page's date: its newest measurement or first-carried date, whichever is later (a
+    patch added after the last measurement is carried as of its own date, never a negative
+    age)."""
+    dates = [m.measured for m in live if m.measured]
+    dates += [r.first_carried for r in rows if r.first_carried]
     return max(dates) if dates else ""
 
 
