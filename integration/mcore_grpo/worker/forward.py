@@ -29,6 +29,14 @@ def token_positions(valid: torch.Tensor) -> torch.Tensor:
     return (valid.long().cumsum(dim=1) - 1).clamp(min=0)
 
 
+def gpt_module(model: torch.nn.Module) -> Any:
+    """The megatron-core language model inside DDP / Float16Module wrappers."""
+    for module in model.modules():
+        if hasattr(module, "position_embedding_type") and hasattr(module, "decoder"):
+            return module
+    raise TypeError(f"no megatron-core language model (GPTModel) inside {type(model).__name__}")
+
+
 # `has_recurrent_layers` per model (weakly held: a model's lifetime is the caller's).
 _RECURRENT: weakref.WeakKeyDictionary[torch.nn.Module, bool] = weakref.WeakKeyDictionary()
 

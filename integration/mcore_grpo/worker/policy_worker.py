@@ -164,9 +164,12 @@ class MegatronPolicyWorker:
 
     @torch.no_grad()
     def _logprobs(self, batch: Batch) -> torch.Tensor:
-        """fp32 logprobs (the bf16 model's logits come out of `Float16Module` in fp32)."""
+        """fp32 logprobs (the bf16 model's logits come out of `Float16Module` in fp32). A batch
+        with a `token_mask` (NeMo-RL's train data: the trained tokens) gets them only there,
+        0 elsewhere: the losses and metrics that compare with them read no other."""
         batch = batch_to(batch, self.device)
         ddp = self.policy.ddp
+        scored = batch["token_mask"][:, 1:] > 0 if "token_mask" in batch else None
         ddp.eval()
         try:
             lp, _ = policy_token_logprobs(
@@ -175,6 +178,7 @@ class MegatronPolicyWorker:
                 batch["attention_mask"],
                 self.config,
                 self.policy.shared_prefix,
+                scored,
             )
         finally:
             ddp.train()

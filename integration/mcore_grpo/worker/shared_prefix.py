@@ -31,6 +31,7 @@ import torch
 from mcore_grpo.worker.forward import (
     check_targets,
     chunked_logsumexp,
+    gpt_module,
     has_recurrent_layers,
     model_logits,
     token_positions,
@@ -65,14 +66,6 @@ class FlopCost:
         tokens = prefix + sum(suffixes)
         scores = prefix * prefix / 2 + sum(n * (prefix + n / 2) for n in suffixes)
         return self.per_token * tokens + self.per_score * scores
-
-
-def gpt_module(model: torch.nn.Module) -> Any:
-    """The megatron-core language model inside DDP / Float16Module wrappers."""
-    for module in model.modules():
-        if hasattr(module, "position_embedding_type") and hasattr(module, "decoder"):
-            return module
-    raise TypeError(f"no megatron-core language model (GPTModel) inside {type(model).__name__}")
 
 
 RECURRENT_REASON = "its Mamba / gated delta net layers carry a state along the row, across suffixes"
@@ -395,14 +388,30 @@ def shared_prefix_logprobs(
     vocab_size: int,
     temperature: float = 1.0,
     multiple: int = 1,
+    scored: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """[B, S-1] next-token logprobs of the [B, S] rows, forwarded as shared-prefix rows, and the
-    packed logits (the schedule's output tensor). The caller checked `unsupported_reason`."""
+    logits the forward produced (the schedule's output tensor). `scored` ([B, S-1] bool): only
+    these predictions are wanted, the LM head projects only the packed columns they come from
+    (`scored_logits`), the rest read 0. The caller checked `unsupported_reason`."""
     check_targets(input_ids[:, 1:], vocab_size, "shared_prefix_logprobs")
     valid = valid.bool()
     groups, ends = plan_groups(input_ids, valid, FlopCost.of(model))
     layout = SharedPrefixLayout.build(input_ids, valid, groups, ends, multiple)
-    logits = model_logits(
-        model, layout.input_ids, layout.positions, None, packed_seq_params=layout.params
-    )
-    return layout.token_logprobs(logits, input_ids[:, 1:], vocab_size, temperature), logits
+    if scored is None:
+        logits = model_logits(
+            model, layout.input_ids, layout.positions, None, packed_seq_params=layout.params
+        )
+        return layout.token_logprobs(logits, input_ids[:, 1:], vocab_size, temperature), logits
+    from mcore_grpo.worker.scored_logits import picked_logits
+
+    rows, columns = (scored.bool() & layout.scored).nonzero(as_tuple=True)
+    flat = layout.source[rows, columns] * layout.input_ids.shape[0] + layout.row[rows]
+    # A packed column can predict for several rows (the prompt's last token, for each sample).
+    picked, which = torch.unique(flat, return_inverse=True)
+    logits = picked_logits(model, layout.input_ids, layout.positions, None, picked, layout.params)
+    real, scale = logits[:, :vocab_size], 1.0 / temperature
+    lse = chunked_logsumexp(real, scale)
+    logprobs = real[which, input_ids[rows, columns + 1]] * scale - lse[which]
+    out = torch.zeros(scored.shape, dtype=logprobs.dtype, device=logprobs.device)
+    return out.index_put((rows, columns), logprobs), logits

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from mcore_grpo.worker.batch import Batch, LossSumFn, split_microbatches, valid_count
+from mcore_grpo.worker.batch import Batch, LossSumFn, loss_mask, split_microbatches, valid_count
 from mcore_grpo.worker.config import WorkerConfig
 from mcore_grpo.worker.logprobs import policy_token_logprobs
 from mcore_grpo.worker.model import PolicyModel
@@ -154,8 +154,14 @@ class SplitTrainStep:
 
         def forward_step(data_iterator: Iterator[dict[str, torch.Tensor]], model: Any) -> Any:
             mb = next(data_iterator)
+            # The LM head only where the loss reads a prediction (`scored_logits`).
             logprobs, logits = policy_token_logprobs(
-                model, mb["input_ids"], mb["attention_mask"], self._config, shared_prefix
+                model,
+                mb["input_ids"],
+                mb["attention_mask"],
+                self._config,
+                shared_prefix,
+                scored=loss_mask(mb) > 0,
             )
 
             def loss_func(_output: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict]:

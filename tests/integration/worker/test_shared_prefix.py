@@ -330,8 +330,17 @@ def _two_rank_figures(parallel: ParallelConfig, moe: MoEConfig | None = None) ->
                 unshared = _unshared(gpt, ids, valid)
             scored = valid[:, :-1] & valid[:, 1:]
             logprob = float((shared - unshared)[scored].abs().max())
+            # The LM head at the completions' predictions only (picked under TP; all columns
+            # projected, then read, under sequence parallelism).
+            completions = scored.clone()
+            completions[:, : max(PROMPTS) - 1] = False
+            with torch.no_grad():
+                picked, _ = shared_prefix_logprobs(
+                    gpt, ids, valid, VOCAB, multiple=multiple, scored=completions
+                )
+            picked_logprob = float((picked - unshared)[completions].abs().max())
             gradient = _gradient_difference(gpt, "cpu", _sum_sequence_parallel_grads)
-        return {"logprob": logprob, "gradient": gradient}
+        return {"logprob": logprob, "picked_logprob": picked_logprob, "gradient": gradient}
     finally:
         parallel_state.destroy_model_parallel()
 
@@ -371,4 +380,44 @@ def test_model_parallel_ranks_are_exact(world1: None, rank_fn: Any) -> None:
     results = spawn2(rank_fn, free_port())
     for rank, figures in results.items():
         assert figures["logprob"] <= 1e-5, (rank, figures)
+        assert figures["picked_logprob"] <= 1e-5, (rank, figures)
         assert figures["gradient"] <= 1e-5, (rank, figures)
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["shared-rows", "whole-rows"])
+def test_the_lm_head_projects_only_the_scored_predictions(
+    model: torch.nn.Module, device: str, shared: bool
+) -> None:
+    """With a loss mask (completions only), logprobs and every gradient equal the full pass's
+    on the masked predictions, 0 elsewhere, and the output layer sees only their positions."""
+    from mcore_grpo.worker.logprobs import policy_token_logprobs
+
+    config = _config(device)
+    ids, valid = _batch(device)
+    scored = torch.zeros(ids.shape[0], ids.shape[1] - 1, dtype=torch.bool, device=device)
+    scored[:, max(PROMPTS) - 1 :] = True  # the prompt's last token predicts the first completion
+    scored &= valid[:, 1:]
+    seen: list[int] = []
+    layer = model.output_layer
+    hook = layer.register_forward_pre_hook(lambda _m, args: seen.append(args[0].shape[0]))
+    try:
+        got, _ = policy_token_logprobs(model, ids, valid, config, shared, scored)
+    finally:
+        hook.remove()
+    # One position per scored prediction at most (the shared prompt's last token serves all
+    # three rows of its group): not every column of the rows.
+    assert seen and seen[0] <= int(scored.sum())
+    full = _unshared(model, ids, valid)
+    assert float((got - full)[scored].abs().max()) <= 1e-5
+    assert float(got[~scored].abs().max()) == 0.0
+    weights = torch.randn(scored.shape, generator=torch.Generator().manual_seed(2)).to(device)
+    weights = weights * scored
+    (got * weights).sum().backward()
+    picked = _grads(model)
+    (full * weights).sum().backward()
+    expected = _grads(model)
+    worst = max(
+        float((picked[n] - expected[n]).norm() / expected[n].norm().clamp(min=1e-12))
+        for n in expected
+    )
+    assert worst <= 1e-5, f"worst relative gradient difference over parameters = {worst}"
