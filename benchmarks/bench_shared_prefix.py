@@ -5,7 +5,9 @@ Each (prompt, completion, layout) runs in a fresh process of its own, so its pea
 (`ru_maxrss`, minus the process's RSS once the model is built) is its own; on CUDA the peak
 allocated memory instead. Timings are medians over `--repeat` passes after one warm-up. The
 model has random weights (the speed of a pass does not depend on them); the completions end at
-different lengths (a quarter of the group stops at half length), as sampled ones do.
+different lengths (a quarter of the group stops at half length), as sampled ones do. Both
+passes score the completions only, as a run's training pass (its loss mask) and logprob passes
+(NeMo-RL's token_mask) do: the LM head projects only those positions, in both layouts.
 
     uv run --no-sync python benchmarks/bench_shared_prefix.py
         [--prompts 128 512 2048 512 128 128] [--completion 48 48 48 512 1024 4096]
@@ -93,6 +95,9 @@ def _child(
         if shared:
             resolve(True, gpt)  # refuses, naming why, where the rows would not be exact
         ids, valid = (t.to(device) for t in _group(prompt, group, completion))
+        # As in a run: the loss (and the logprobs it compares with) read the completions only.
+        scored = valid[:, 1:].clone()
+        scored[:, : prompt - 1] = False
 
         def sync() -> None:
             if device == "cuda":
@@ -100,11 +105,11 @@ def _child(
 
         def logprob_pass() -> None:
             with torch.no_grad():
-                policy_token_logprobs(gpt, ids, valid, config, shared)
+                policy_token_logprobs(gpt, ids, valid, config, shared, scored)
             sync()
 
         def train_pass() -> None:
-            logprobs, _ = policy_token_logprobs(gpt, ids, valid, config, shared)
+            logprobs, _ = policy_token_logprobs(gpt, ids, valid, config, shared, scored)
             logprobs.sum().backward()
             gpt.zero_grad(set_to_none=True)
             sync()
