@@ -90,6 +90,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import shutil
@@ -367,6 +368,41 @@ def training_draws(task: Any, config: Any, steps: int) -> dict[str, int]:
     }
 
 
+def training_tokens(task: Any, config: Any, step: int, record: dict[str, Any]) -> int:
+    """Tokens our training pass forwards in GRPO step `step`: each prompt once per group
+    (shared-prefix rows) and every sample's generated tokens."""
+    problems = task.sample_problems(config.grpo.num_prompts_per_step, config.grpo.seed, step)
+    prompts = sum(len(p.prompt_ids) for p in problems)
+    return prompts + round(record["mean_gen_tokens_per_sample"] * config.samples_per_step)
+
+
+def _parameters(checkpoint: Path) -> int:
+    """The checkpoint's parameter count (its safetensors shapes; tied weights counted once)."""
+    from safetensors import safe_open
+
+    total = 0
+    for path in sorted(checkpoint.glob("*.safetensors")):
+        with safe_open(str(path), framework="pt") as f:
+            for name in f.keys():  # noqa: SIM118 (safe_open is no mapping)
+                total += math.prod(f.get_slice(name).get_shape())
+    return total
+
+
+def matmul_peak_gflops(size: int = 2048, repeat: int = 5) -> float:
+    """This process's fp32 matmul rate at the bench's threads: the best of `repeat` products of
+    two [size, size] matrices (2 size^3 FLOP each), the ceiling a training pass is measured by."""
+    import torch
+
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best / 1e9
+
+
 def ours_side(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """Our GRPO loop, one in-process rank (`mcore-grpo --in-process`)."""
     config, task = _setup(args, work)
@@ -387,10 +423,16 @@ def ours_side(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                     "logprob_time_s": r["logprob_time_s"],
                     "training_time_s": r["training_time_s"],
                     "reward": r["reward_mean"],
+                    "train_tokens": training_tokens(task, config, step, r),
                 }
-                for r in records
+                for step, r in enumerate(records, start=1)
             ]
-            return {"steps": steps, "peak_rss_gib": _peak_rss_gib()}
+            return {
+                "steps": steps,
+                "peak_rss_gib": _peak_rss_gib(),
+                "parameters": _parameters(Path(config.policy.model_name)),
+                "matmul_peak_gflops": matmul_peak_gflops(),
+            }
         export = work / "ours-hf"
         grade = _grader(task, config, args, export, "ours")
 
@@ -618,6 +660,20 @@ def print_throughput(results: dict[str, dict[str, Any]], samples: int, steps: in
             f"| {side} | {median:.1f} | {samples / median:.2f} | {split['generation']:.1f} | "
             f"{split['logprob']:.1f} | {split['training']:.1f} | {split['other']:.1f} | "
             f"{r['peak_rss_gib']:.2f} | {r['load_before']:.2f} / {r['load_after']:.2f} |"
+        )
+    for side, r in results.items():
+        if "matmul_peak_gflops" not in r:
+            continue
+        timed = r["steps"][1:] or r["steps"]
+        rates = [
+            6 * r["parameters"] * s["train_tokens"] / s["training_time_s"] / 1e9 for s in timed
+        ]
+        rate = statistics.median(rates)
+        print(
+            f"{side}: training pass {rate:.1f} GFLOP/s (6 x {r['parameters']:,} parameters x "
+            f"tokens forwarded, median {statistics.median(s['train_tokens'] for s in timed):.0f} "
+            f"a step), {rate / r['matmul_peak_gflops']:.0%} of this process's fp32 matmul peak "
+            f"({r['matmul_peak_gflops']:.0f} GFLOP/s, 2048^2)"
         )
     for side, r in results.items():
         rewards = ", ".join(f"{s.get('reward', float('nan')):.3f}" for s in r["steps"])
