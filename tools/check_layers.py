@@ -57,6 +57,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "rebase.",
             "upstream_check.",
             "status_page.",
+            "prs.",
         ),
     ),
     ("source", ("source.", "core.checkout", "core.gitlinks", "core.state", "core.pin_check")),

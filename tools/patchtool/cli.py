@@ -38,6 +38,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("report", "REPORT"),
     "verify": ("verify", "VERIFY"),
     "upstream-check": ("upstream_check", "UPSTREAM_CHECK"),
+    "prs": ("prs", "PRS"),
 }
 
 # Commands that may reach an upstream (clone, fetch, probe) or report where a source came
