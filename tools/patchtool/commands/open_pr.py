@@ -5,7 +5,10 @@ upstream's issue template (core/linked_issue.py). For base main a patch's port o
 (patches/<Upstream>/main/, core/ports.py) is opened in its place. Prints the branch, the port
 used, title, body file, issue draft, notes and the push/gh commands; with --push opens the
 issue first (its URL into `Bug:` and the body), runs them and records
-`Upstream-Status: submitted <URL>`. Exit OK, or an `error:` line.
+`Upstream-Status: submitted <URL>`. Before any of it, the upstream PRs on the patch's lines are read (prs/scan.py, from
+--prs-from or the checkout's `refs/pull/*`): an open PR making the same fix stops it, naming the
+PR, unless --despite-pr N; open same-fix and conflicting PRs are named in the PR body.
+Exit OK, or an `error:` line.
 """
 
 from __future__ import annotations
@@ -13,11 +16,15 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from pathlib import Path
 
 from ..command import Command, root_of
 from ..core.pr_sources import BRANCH_PREFIX
 from ..core.pull_request import PullRequest, open_pr
-from ..errors import ExitCode
+from ..errors import ExitCode, PatchToolError
+from ..prs.history import OPEN
+from ..prs.lines import NEARBY, SAME_FIX
+from ..prs.scan import run_scan
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:
@@ -43,9 +50,49 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         help="open it on top of the PR branch of the same-upstream patch it Depends-On (made "
         "by an earlier open-pr), with that branch as the PR base, as ghstack does",
     )
+    parser.add_argument(
+        "--prs-from",
+        default="",
+        metavar="GITDIR",
+        help="git dir with the upstream's refs/pull/* (default: the checkout, where it has them)",
+    )
+    parser.add_argument("--gh-json", default="", metavar="FILE", help="as for `prs`")
+    parser.add_argument(
+        "--despite-pr",
+        type=int,
+        action="append",
+        default=[],
+        metavar="N",
+        help="open it although open upstream PR #N makes the same fix (repeatable)",
+    )
+
+
+def _related(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """(PR body lines naming the open same-fix/conflicting upstream PRs, notes); refuses when an
+    open PR makes the same fix and --despite-pr does not name it."""
+    root = root_of(args)
+    patch, upstream = Path(args.patch).name, Path(args.patch).parent.name
+    try:
+        result = run_scan(root, upstream, args.prs_from, args.gh_json)
+    except PatchToolError as exc:
+        if args.prs_from or args.gh_json:
+            raise
+        return [], [f"note: upstream PRs not checked ({exc})"]
+    hits = next((p.hits for p in result.patches if p.name == patch), [])
+    mine = [h for h in hits if h.state.state == OPEN and h.verdict != NEARBY and not h.named]
+    for hit in mine:
+        if hit.verdict == SAME_FIX and hit.number not in args.despite_pr:
+            raise PatchToolError(
+                f"open upstream PR #{hit.number} makes the same fix as {patch} "
+                f"({hit.state.text()}); review it there, or pass --despite-pr {hit.number} to "
+                "open ours anyway"
+            )
+    lines = [f"#{h.number} ({h.verdict}, {h.state.text()})" for h in mine]
+    return lines, [f"note: checked {result.heads} upstream PRs; {len(mine)} open on its lines"]
 
 
 def _run(args: argparse.Namespace) -> int:
+    related, checked = _related(args)
     pr = open_pr(
         root_of(args),
         args.patch,
@@ -56,7 +103,9 @@ def _run(args: argparse.Namespace) -> int:
         force=args.force,
         stack=args.stack,
         onto=args.onto,
+        related=related,
     )
+    pr.notes[:0] = checked
     print(f"branch {pr.branch} at {pr.commit[:12]} (from {pr.start[:12]}) in {pr.upstream}")
     print(f"base:  {pr.base}")
     if pr.port:

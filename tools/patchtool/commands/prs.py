@@ -10,14 +10,11 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import asdict
-from pathlib import Path
 
 from ..command import Command, root_of
-from ..core.manifest import load_manifest
-from ..errors import ExitCode, PatchToolError
-from ..prs.history import read_gh_json
+from ..errors import ExitCode
 from ..prs.lines import CONFLICTS, NEAR, NEARBY, SAME_FIX
-from ..prs.scan import MAX_FILES, Hit, Scan, default_gitdir, scan
+from ..prs.scan import MAX_FILES, Hit, Scan, counts, run_scan
 
 SHOWN_NEARBY = 5  # nearby PRs listed per patch in text output (the JSON has all)
 
@@ -40,25 +37,6 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-files", type=int, default=MAX_FILES, help="larger PRs: counted")
     parser.add_argument("--near", type=int, default=NEAR, help="lines that make a PR nearby")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-
-
-def run_scan(root: Path, upstream: str, gitdir: str, gh_json: str, **kw: int) -> Scan:
-    """The scan the flags ask for (shared with open-pr and report through this signature)."""
-    up = load_manifest(root).select([upstream])[0]
-    where = Path(gitdir).resolve() if gitdir else default_gitdir(root, up)
-    if not where.exists():
-        raise PatchToolError(f"--from {where}: no such directory; pass a git dir with refs/pull/*")
-    gh = read_gh_json(Path(gh_json)) if gh_json else {}
-    return scan(root, up, where, gh, **kw)
-
-
-def counts(result: Scan) -> dict[str, int]:
-    """Patches with at least one same-fix / conflicting / nearby PR (by their best verdict)."""
-    out = {SAME_FIX: 0, CONFLICTS: 0, NEARBY: 0}
-    for patch in result.patches:
-        if patch.hits:
-            out[patch.hits[0].verdict] += 1
-    return out
 
 
 def _line(hit: Hit) -> str:

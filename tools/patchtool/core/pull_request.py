@@ -235,7 +235,10 @@ def open_pr(
     stack: bool = False,
     onto: str = "",
     gh: str | None = None,
+    related: list[str] | None = None,
 ) -> PullRequest:
+    """The PR branch, title and body of patch `given`; `related`: upstream PRs (one line each)
+    the body names so the maintainer sees them."""
     patch_path, up, repo, patch = _checked_patch(root, given)
     who = contributor(repo, up)
     deps = load_dependencies(root, patch, up, load_manifest(root))
@@ -258,6 +261,10 @@ def open_pr(
     message_body = git(["log", "-1", "--format=%b", head], repo)
     facts = _facts(patch, message_body, deps, github_repo(up.url), issue)
     template, body = write_body(body_file, repo, start, facts, patch, root)
+    if related:
+        body = body.rstrip("\n") + "\n\nRelated open upstream PRs on the same lines:\n"
+        body += "".join(f"- {line}\n" for line in related)
+        body_file.write_text(body, encoding="utf-8")
     fork = github_repo(remote_url)
     pr = PullRequest(rel, up.name, branch, start, head, title, str(body_file), pr_base, template)
     pr.port, pr.issue = (port.relative_to(root.resolve()).as_posix() if port else ""), issue

@@ -13,14 +13,27 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.manifest import Upstream
+from ..core.manifest import Upstream, load_manifest
 from ..core.series import load_series
 from ..errors import PatchToolError
 from . import diffs
-from .history import CLOSED, MERGED, OPEN, History, PullRef, State, load_history, pull_refs
+from .history import (
+    CLOSED,
+    MERGED,
+    OPEN,
+    History,
+    PullRef,
+    State,
+    load_history,
+    pull_refs,
+    read_gh_json,
+)
 from .history import state_of as _state_of
 from .lines import (
+    CONFLICTS,
     NEAR,
+    NEARBY,
+    SAME_FIX,
     VERDICT_RANK,
     FileChanges,
     Likeness,
@@ -81,6 +94,25 @@ class Scan:
 def default_gitdir(root: Path, up: Upstream) -> Path:
     """The upstream's checkout, whose clone may hold fetched `refs/pull/*`."""
     return root / up.path
+
+
+def run_scan(root: Path, upstream: str, gitdir: str, gh_json: str, **kw: int) -> Scan:
+    """The scan of upstream `upstream` that --from / --gh-json ask for (prs, open-pr, report)."""
+    up = load_manifest(root).select([upstream])[0]
+    where = Path(gitdir).resolve() if gitdir else default_gitdir(root, up)
+    if not where.exists():
+        raise PatchToolError(f"--from {where}: no such directory; pass a git dir with refs/pull/*")
+    gh = read_gh_json(Path(gh_json)) if gh_json else {}
+    return scan(root, up, where, gh, **kw)
+
+
+def counts(result: Scan) -> dict[str, int]:
+    """Patches with at least one same-fix / conflicting / nearby PR (by their best verdict)."""
+    out = {SAME_FIX: 0, CONFLICTS: 0, NEARBY: 0}
+    for patch in result.patches:
+        if patch.hits:
+            out[patch.hits[0].verdict] += 1
+    return out
 
 
 def _series(root: Path, up: Upstream) -> list[tuple[str, FileChanges, set[int]]]:
