@@ -309,10 +309,20 @@ def rebase_series(
     )
     old_commits = build_old_series(scratch, old, inputs)
     result = RebaseResult(upstream, old, new, str(scratch), [], old_tip=head_of_scratch(scratch))
+    result.lacks = lacked_commits(scratch, old, new)
     checkout_commit(scratch, new.commit)
     replayer = Replayer(scratch, old, new, history, tripwire)
     _replay(result, replayer, inputs, old_commits, start=0)
     return result
+
+
+def lacked_commits(scratch: Path, old: Base, new: Base) -> int:
+    """Commits of the old pin the new base does not have (a release branch cut beside main):
+    conflicts may come from them rather than from what the new base adds. 0 without history."""
+    if not (old.history and new.history) or old.commit == new.commit:
+        return 0
+    count = git_text(["rev-list", "--count", f"{new.commit}..{old.commit}"], scratch, check=False)
+    return int(count) if count.isdigit() else 0
 
 
 def _replay(

@@ -54,6 +54,16 @@ def summary(result: RebaseResult) -> str:
     return ", ".join(parts) if parts else "empty series"
 
 
+def lacks_note(result: RebaseResult) -> str:
+    """The new base beside the pin rather than after it, said before the per-patch table."""
+    if not result.lacks or result.backwards:
+        return ""
+    return (
+        f"{result.new.label} lacks {result.lacks} commits of the pin; conflicts below may come "
+        "from those"
+    )
+
+
 def table(result: RebaseResult) -> str:
     """The terminal table printed by `rebase`."""
     rows = [("#", "patch", "result", "detail")]
@@ -63,6 +73,8 @@ def table(result: RebaseResult) -> str:
     lines = [
         f"{result.upstream}: {base_text(result.old)} -> {base_text(result.new)}",
     ]
+    if note := lacks_note(result):
+        lines.append(f"note: {note}")
     for row in rows:
         lines.append(
             "  ".join(c.ljust(w) for c, w in zip(row[:3], widths, strict=True)) + "  " + row[3]
@@ -88,6 +100,8 @@ def markdown(result: RebaseResult, command: list[str], source_note: str) -> str:
     ]
     if result.backwards:
         out.append("- The new base is older than the pin: this moves the pin backwards")
+    if note := lacks_note(result):
+        out.append(f"- {note}")
     if source_note:
         out.append(f"- Stand-ins used because: {source_note}")
     out += [f"- Result: {summary(result)}", ""]

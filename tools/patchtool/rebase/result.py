@@ -69,6 +69,7 @@ class RebaseResult:
     range_diff: str = ""
     finish_commands: list[list[str]] = field(default_factory=list)
     backwards: bool = False  # the new base is an ancestor of the old pin
+    lacks: int = 0  # commits of the old pin the new base does not have (git history only)
 
     @property
     def conflicts(self) -> list[PatchResult]:
