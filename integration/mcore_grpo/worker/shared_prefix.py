@@ -137,6 +137,8 @@ def config_reason(config: Any, position_embedding_type: str) -> str | None:
         )
     if kind not in ("rope", "learned_absolute"):
         return f"position_embedding_type {kind!r} is not taken from position_ids"
+    if (getattr(config, "context_parallel_size", 1) or 1) > 1:
+        return "context parallelism would split the segments over ranks, which they do not follow"
     if getattr(config, "window_size", None) is not None:
         return "its sliding windows count distance by index in the row"
     if getattr(config, "num_moe_experts", None):

@@ -273,6 +273,7 @@ def test_the_config_alone_names_what_rules_it_out() -> None:
     assert "sparse attention (DSA)" in reason(experimental_attention_variant="dsa")
     assert "multi-latent attention" in reason(multi_latent_attention=True)
     assert "sliding windows" in reason(window_size=(4, 0))
+    assert "context parallelism" in reason(context_parallel_size=2)
     assert "'yarn' is not taken" in reason("yarn")
     assert "moe_aux_loss_coeff=0.01" in reason(num_moe_experts=4, moe_aux_loss_coeff=0.01)
     assert config_reason(SimpleNamespace(num_moe_experts=4, moe_aux_loss_coeff=0.0), "rope") is None
