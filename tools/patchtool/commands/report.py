@@ -22,6 +22,7 @@ from ..command import Command, root_of
 from ..core.git import git_text
 from ..core.manifest import Upstream, load_manifest
 from ..errors import ExitCode, PatchToolError
+from ..prs.scan import cell, run_scan
 from ..rebase.bases import GIT
 from ..rebase.feeder import FeederResult
 from ..rebase.flow import run_rebase
@@ -59,6 +60,14 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --measure: run each Test: on the head without its patch (needs the venv)",
     )
+    parser.add_argument(
+        "--prs-from",
+        action="append",
+        default=[],
+        metavar="UPSTREAM=GITDIR",
+        help="fill the upstream PRs column from GITDIR's refs/pull/* (repeatable; with "
+        "--measure each upstream's checkout is used where it has them)",
+    )
     parser.add_argument("--check", action="store_true", help="compare with the committed page")
     parser.add_argument("--json", action="store_true", help="print the JSON document")
 
@@ -68,6 +77,8 @@ def _run(args: argparse.Namespace) -> int:
     rows, live = current_rows(root)
     if args.measure and not args.check:
         live = _measure(root, list(load_manifest(root).upstreams.values()), rows, live, args)
+    if (args.measure or args.prs_from) and not args.check:
+        live = _with_prs(root, rows, live, args)
     texts = render(rows, live, root)
     if args.check:
         behind = stale(root, texts)
@@ -191,6 +202,49 @@ def _measure(
     return [
         _with_feeder(row, m, feeders[row.upstream], today) if row.upstream in feeders else m
         for row, m in zip(rows, measured, strict=True)
+    ]
+
+
+def _prs_sources(root: Path, args: argparse.Namespace) -> dict[str, str]:
+    """Upstream -> the git dir its PR refs are read from: --prs-from, and with --measure ""
+    (the checkout) for the others."""
+    given = dict(item.partition("=")[::2] for item in args.prs_from)
+    bad = [k for k, v in given.items() if not v]
+    if bad:
+        raise PatchToolError(f"--prs-from {bad[0]}: give it as UPSTREAM=GITDIR")
+    if args.measure:
+        for name in load_manifest(root).upstreams:
+            given.setdefault(name, "")
+    return given
+
+
+def _with_prs(
+    root: Path, rows: list[PatchRow], live: list[Measurement], args: argparse.Namespace
+) -> list[Measurement]:
+    """The upstream PRs column measured for the upstreams with PR refs at hand; the others keep
+    theirs (a checkout without refs/pull/* is skipped unless named by --prs-from)."""
+    today = date.today().isoformat()
+    cells: dict[tuple[str, str], str] = {}
+    for name, gitdir in _prs_sources(root, args).items():
+        try:
+            result = run_scan(root, name, gitdir, "")
+        except PatchToolError as exc:
+            if gitdir:
+                raise
+            print(f"report: {name}: upstream PRs not measured ({exc})", file=sys.stderr)
+            continue
+        cells.update({(name, p.name): cell(p) for p in result.patches})
+    return [
+        replace(
+            m,
+            upstream_prs=cells[row.key],
+            upstream_prs_measured=today,
+            sha256=row.sha256,  # a measurement belongs to the bytes it measured
+            port_sha256=row.port_sha256,
+        )
+        if row.key in cells
+        else m
+        for row, m in zip(rows, live, strict=True)
     ]
 
 

@@ -115,6 +115,18 @@ def counts(result: Scan) -> dict[str, int]:
     return out
 
 
+def cell(patch: PatchPrs, shown: int = 3) -> str:
+    """The status page's cell: same-fix and conflicting PRs that are open or merged after the
+    pin (closed ones no longer matter), best first; "" when none."""
+    picked = [h for h in patch.hits if h.verdict != NEARBY and h.state.state != CLOSED]
+    parts = [
+        f"{h.verdict} #{h.number} {h.state.state}{'' if h.state.sure else '?'}"
+        for h in picked[:shown]
+    ]
+    more = f" (+{len(picked) - shown} more)" if len(picked) > shown else ""
+    return "; ".join(parts) + more
+
+
 def _series(root: Path, up: Upstream) -> list[tuple[str, FileChanges, set[int]]]:
     """(patch name, its changes at the pin, PR numbers its message links) per patch."""
     out = []

@@ -40,6 +40,10 @@ class Measurement:
     feeder_commit: str = ""
     feeder_measured: str = ""  # YYYY-MM-DD
     feeder_cause: str = ""
+    # Open or merged-after-the-pin upstream PRs on the patch's lines that make the same fix or
+    # conflict (prs/scan.py `cell`), measured from a git dir with refs/pull/*; date "" = never.
+    upstream_prs: str = ""
+    upstream_prs_measured: str = ""  # YYYY-MM-DD
 
 
 def previous(json_path: Path) -> dict[tuple[str, str], Measurement]:

@@ -25,7 +25,9 @@ opens there) whether the port applies; "tripwire" is its `Test:` run there witho
 upstream lands features on before `main` (`feeder` in patches/upstreams.toml: Megatron-LM's
 `dev`), the likeliest next conflicts on main; where it conflicts, the upstream commits that
 changed the lines it needs ("moved by": only the branch has them; "lacks": only our pin has them,
-the branch was not yet merged from main). Each cell says the date it was measured.
+the branch was not yet merged from main). "upstream PRs" are the open (or merged after our
+pin) upstream pull requests that make the same fix or change the same lines (`tools/patches prs`;
+`?`: a state guessed from refs, not from `gh`). Each cell says the date it was measured.
 """
 MAX_CAUSES = 2  # commits named per cell; the JSON document keeps them all
 
@@ -61,6 +63,13 @@ def feeder_cell(branch: str, m: Measurement) -> str:
     return f"{branch}: {m.feeder} ({m.feeder_commit[:12]}, {m.feeder_measured}){why}"
 
 
+def prs_cell(m: Measurement) -> str:
+    """The upstream PRs on the patch's lines, as of their measurement."""
+    if not m.upstream_prs_measured:
+        return NOT_MEASURED
+    return f"{m.upstream_prs or 'none'} ({m.upstream_prs_measured})"
+
+
 def markdown(
     rows: list[PatchRow],
     live: list[Measurement],
@@ -72,8 +81,8 @@ def markdown(
     out = [HEADER, f"As of {today or 'never measured'}: {len(rows)} patches carried.", ""]
     out += [
         "| upstream | patch | subject | carried since | age (days) | lines | Upstream-Status "
-        "| PR | PR state | upstream head | tripwire | feeder branch |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| PR | PR state | upstream head | tripwire | feeder branch | upstream PRs |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row, m in zip(rows, live, strict=True):
         pr = (
@@ -96,6 +105,7 @@ def markdown(
             head,
             m.tripwire + (f" ({m.tripwire_measured})" if m.tripwire_measured else ""),
             _cell(feeder_cell(feeders.get(row.upstream, ""), m)),
+            _cell(prs_cell(m)),
         ]
         out.append("| " + " | ".join(cells) + " |")
     if root is not None:
