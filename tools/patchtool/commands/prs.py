@@ -16,7 +16,7 @@ from ..errors import ExitCode
 from ..prs.lines import CONFLICTS, NEAR, NEARBY, SAME_FIX
 from ..prs.scan import MAX_FILES, Hit, Scan, counts, run_scan
 
-SHOWN_NEARBY = 5  # nearby PRs listed per patch in text output (the JSON has all)
+SHOWN = {CONFLICTS: 10, NEARBY: 5}  # PRs listed per patch in text output (the JSON has all)
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:
@@ -61,11 +61,12 @@ def _print(result: Scan) -> None:
         if not patch.hits and not patch.giant:
             continue
         print(patch.name)
-        nearby = [h for h in patch.hits if h.verdict == NEARBY]
-        for hit in [h for h in patch.hits if h.verdict != NEARBY] + nearby[:SHOWN_NEARBY]:
-            print(_line(hit))
-        if len(nearby) > SHOWN_NEARBY:
-            print(f"  ... {len(nearby) - SHOWN_NEARBY} more nearby (--json lists them)")
+        for verdict in (SAME_FIX, CONFLICTS, NEARBY):
+            these = [h for h in patch.hits if h.verdict == verdict]
+            for hit in these[: SHOWN.get(verdict, len(these))]:
+                print(_line(hit))
+            if len(these) > SHOWN.get(verdict, len(these)):
+                print(f"  ... {len(these) - SHOWN[verdict]} more {verdict} (--json lists them)")
         if patch.giant:
             print(f"  + {len(patch.giant)} PRs over {result.max_files} files on its files")
     c = counts(result)

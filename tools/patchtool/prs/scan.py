@@ -45,7 +45,7 @@ from .lines import (
 
 MAX_FILES = 300
 _STATE_RANK = {OPEN: 0, MERGED: 1, CLOSED: 2}
-_PULL_RE = re.compile(r"/pull/(\d+)\b")
+_PULL_RE = re.compile(r"(?:/pull/|#)(\d+)\b")  # a PR link or #N in the message
 
 
 @dataclass(frozen=True)
