@@ -15,9 +15,11 @@ import re
 from pathlib import Path
 
 from ..core.git import git
+from .lines import Move, parse_moves
 
 CACHE_DIR = Path(".cache") / "patchtool" / "prs"
-FORMAT = 1  # bump when what the cache holds changes
+FORMAT = 2  # bump when what the cache holds changes
+_KINDS = ("forks", "names", "diffs", "moves")
 _SHA_RE = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 Cache = dict[str, dict]
 
@@ -27,10 +29,10 @@ def load_cache(root: Path, upstream: str) -> Cache:
     try:
         data = json.loads((root / CACHE_DIR / f"{upstream}.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return {"forks": {}, "names": {}, "diffs": {}}
+        return {k: {} for k in _KINDS}
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        return {"forks": {}, "names": {}, "diffs": {}}
-    return {k: data.get(k) or {} for k in ("forks", "names", "diffs")}
+        return {k: {} for k in _KINDS}
+    return {k: data.get(k) or {} for k in _KINDS}
 
 
 def save_cache(root: Path, upstream: str, cache: Cache, size: int) -> None:
@@ -156,8 +158,35 @@ def patches(
     chunks = _diff_tree(gitdir, [pairs[k] for k in todo], ["-p", "-U0"], union)
     for key, chunk in zip(todo, chunks, strict=True):
         a, b = pairs[key]
-        if headers_only:
-            chunk = [x for x in chunk if x.startswith(("@@", "--- ", "+++ "))]
         cache["diffs"][f"{a}..{b}"] = {"paths": union, "lines": chunk}
         out[key] = chunk
     return out
+
+
+def moves(
+    gitdir: Path, pairs: dict[str, tuple[str, str]], paths: dict[str, list[str]], cache: Cache
+) -> dict[str, dict[str, list[Move]]]:
+    """key -> path -> the moves of the pair `pairs[key]` (fork point -> pin) on `paths[key]`;
+    cached parsed (flat ints: a fork years back has thousands of hunks), reused when the cached
+    entry covered those paths."""
+    out: dict[str, dict[str, list[Move]]] = {}
+    todo = []
+    for key, (a, b) in pairs.items():
+        hit = cache["moves"].get(f"{a}..{b}")
+        if hit and set(paths[key]) <= set(hit["paths"]):
+            out[key] = {p: _triples(flat) for p, flat in hit["moves"].items()}
+        else:
+            todo.append(key)
+    union = sorted({p for key in todo for p in paths[key]})
+    chunks = _diff_tree(gitdir, [pairs[k] for k in todo], ["-U0"], union)
+    for key, chunk in zip(todo, chunks, strict=True):
+        a, b = pairs[key]
+        parsed = parse_moves([x for x in chunk if x.startswith(("@@", "--- ", "+++ "))])
+        flat = {p: [n for m in ms for n in m] for p, ms in parsed.items()}
+        cache["moves"][f"{a}..{b}"] = {"paths": union, "moves": flat}
+        out[key] = parsed
+    return out
+
+
+def _triples(flat: list[int]) -> list[Move]:
+    return [(flat[i], flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3)]

@@ -39,7 +39,6 @@ from .lines import (
     Likeness,
     onto_pin,
     parse_diff,
-    parse_moves,
     verdict,
 )
 
@@ -231,18 +230,14 @@ def _compare(
     forks: dict[str, set[str]] = {}
     for head, paths in wanted.items():
         forks.setdefault(pairs[head][0], set()).update(paths)
-    moves = diffs.patches(
-        gitdir,
-        {f: (f, pin) for f in forks},
-        {f: sorted(p) for f, p in forks.items()},
-        cache,
-        headers_only=True,
+    moved_by_fork = diffs.moves(
+        gitdir, {f: (f, pin) for f in forks}, {f: sorted(p) for f, p in forks.items()}, cache
     )
     by_head = {r.head: n for n, r in live.items()}
     out = []
     for head in wanted:
         fork = pairs[head][0]
-        moved = parse_moves(moves[fork])
+        moved = moved_by_fork[fork]
         at_pin = {
             path: onto_pin(cs, moved.get(path, [])) for path, cs in parse_diff(theirs[head]).items()
         }
