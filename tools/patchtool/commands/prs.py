@@ -87,8 +87,7 @@ def _run(args: argparse.Namespace) -> int:
         near=args.near,
     )
     if args.json:
-        data = asdict(result)
-        data["counts"] = counts(result)
+        data = {**asdict(result), "counts": counts(result)}
         print(json.dumps(data, indent=1))
     else:
         _print(result)

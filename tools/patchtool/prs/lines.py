@@ -8,6 +8,7 @@ pin's coordinates, compared by position, then by the text of the changed lines.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 _HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
@@ -35,7 +36,7 @@ class Change:
 FileChanges = dict[str, list[Change]]
 
 
-def parse_diff(lines: list[str]) -> FileChanges:
+def parse_diff(lines: Sequence[str]) -> FileChanges:
     """Path -> changes of a unified diff (any context); the old side's path for deletions."""
     out: FileChanges = {}
     path, old_path, current = "", "", None
@@ -67,7 +68,7 @@ def parse_diff(lines: list[str]) -> FileChanges:
 Move = tuple[int, int, int]  # fork->pin: old lines [start, end) became `count` lines
 
 
-def parse_moves(lines: list[str]) -> dict[str, list[Move]]:
+def parse_moves(lines: Sequence[str]) -> dict[str, list[Move]]:
     """Path -> moves of a `-U0` diff read from its `+++` and `@@` lines alone (what the cache
     keeps of fork->pin diffs, which span years of upstream history)."""
     out: dict[str, list[Move]] = {}
