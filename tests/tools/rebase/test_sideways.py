@@ -27,9 +27,11 @@ def test_target_lacking_pin_commits_is_named(
     commit(upstream, "main again", {"pkg/third.py": ["x"]})
     run(["tag", "p2"], upstream)
     root = make_superproject(tmp_path / "super", upstream, patches=[("fix.patch", fix)], tag="p1")
-    assert main(["--root", str(root), "rebase", "Up", "--to", "r1", "--dry-run"]) == 0
+    report = ["--report", str(tmp_path / "report.md")]  # not next to a temp scratch dir
+    assert main(["--root", str(root), "rebase", "Up", "--to", "r1", "--dry-run", *report]) == 0
     out = capsys.readouterr().out.splitlines()
     note = "note: r1 lacks 1 commits of the pin; conflicts below may come from those"
     assert note in out and out.index(note) < next(i for i, x in enumerate(out) if "fix.patch" in x)
-    assert main(["--root", str(root), "rebase", "Up", "--to", "p2", "--dry-run"]) == 0
+    assert "- r1 lacks 1 commits of the pin" in (tmp_path / "report.md").read_text()
+    assert main(["--root", str(root), "rebase", "Up", "--to", "p2", "--dry-run", *report]) == 0
     assert "lacks" not in capsys.readouterr().out  # a descendant of the pin lacks nothing
