@@ -213,32 +213,51 @@ class TargetLogprob(torch.autograd.Function):
     log_softmax output, zero-fills a gradient for `gather` and adds log_softmax's own: at
     SmolLM2's 49,152 ids and 8 x 256 tokens each such tensor is 400 MB, and those passes were
     about a tenth of a CPU train step.
+
+    `rows` ([n] indices into [u, V] logits), when given: prediction i is read from logits row
+    `rows[i]`, so one row may serve several predictions (a shared prompt's last token predicts
+    every sample's first token) and the [u, V] gradient is still one tensor, not n rows.
     """
 
     @staticmethod
     def forward(  # pyrefly: ignore[bad-override]
-        ctx: Any, logits: torch.Tensor, targets: torch.Tensor, vocab_size: int, temperature: float
+        ctx: Any,
+        logits: torch.Tensor,
+        targets: torch.Tensor,
+        vocab_size: int,
+        temperature: float,
+        rows: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """[..., V] logits (any strides), [...] target ids below `vocab_size` -> [...]."""
+        """[..., V] logits (any strides), [...] target ids below `vocab_size` -> [...]; with
+        `rows`, [u, V] logits, [n] rows and targets -> [n]."""
         real = logits[..., :vocab_size]
         scale = 1.0 / temperature
         lse = chunked_logsumexp(real, scale)
-        picked = real.gather(-1, targets[..., None]).squeeze(-1) * scale
-        ctx.save_for_backward(logits, lse, targets)
+        if rows is None:
+            picked = real.gather(-1, targets[..., None]).squeeze(-1) * scale
+            out = picked - lse
+        else:
+            out = real[rows, targets] * scale - lse[rows]
+        ctx.save_for_backward(logits, lse, targets, rows)
         ctx.vocab_size, ctx.scale = vocab_size, scale
-        return picked - lse
+        return out
 
     @staticmethod
     def backward(  # pyrefly: ignore[bad-override]
         ctx: Any, grad: torch.Tensor
-    ) -> tuple[torch.Tensor, None, None, None]:
+    ) -> tuple[torch.Tensor, None, None, None, None]:
         """d/dlogits = (onehot(target) - softmax) * grad * scale; 0 on the padded ids."""
-        logits, lse, targets = ctx.saved_tensors
+        logits, lse, targets, rows = ctx.saved_tensors
         vocab, scale = ctx.vocab_size, ctx.scale
+        # Each logits row's softmax is weighted by the sum of its predictions' gradients.
+        weight = grad if rows is None else grad.new_zeros(lse.shape).index_add_(0, rows, grad)
         g = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
         real = g[..., :vocab]
         torch.mul(logits[..., :vocab], scale, out=real)
-        real.sub_(lse[..., None]).exp_().mul_(grad[..., None] * -scale)
-        real.scatter_add_(-1, targets[..., None], (grad * scale)[..., None])
+        real.sub_(lse[..., None]).exp_().mul_(weight[..., None] * -scale)
+        if rows is None:
+            real.scatter_add_(-1, targets[..., None], (grad * scale)[..., None])
+        else:
+            real.index_put_((rows, targets), grad * scale, accumulate=True)
         g[..., vocab:] = 0
-        return g, None, None, None
+        return g, None, None, None, None

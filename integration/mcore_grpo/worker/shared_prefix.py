@@ -29,8 +29,8 @@ from typing import Any
 import torch
 
 from mcore_grpo.worker.forward import (
+    TargetLogprob,
     check_targets,
-    chunked_logsumexp,
     gpt_module,
     has_recurrent_layers,
     model_logits,
@@ -374,12 +374,11 @@ class SharedPrefixLayout:
     ) -> torch.Tensor:
         """[B, S-1] log p(targets[b, t]) at `temperature` over the first `vocab_size` ids, from
         the packed [R, T, V] logits; 0 where not `scored`."""
-        real = logits[..., :vocab_size]
-        scale = 1.0 / temperature
-        lse = chunked_logsumexp(real, scale)  # [R, T]
-        rows = self.row[:, None].expand_as(self.source)
-        picked = real[rows, self.source, targets] * scale
-        logprobs = picked - lse[rows, self.source]
+        rows = self.row[:, None] * logits.shape[1] + self.source  # flat [R * T] indices
+        flat = logits.reshape(-1, logits.shape[-1])
+        logprobs = TargetLogprob.apply(
+            flat, targets.flatten(), vocab_size, temperature, rows.flatten()
+        ).view_as(targets)
         return torch.where(self.scored, logprobs, torch.zeros_like(logprobs))
 
 
@@ -412,8 +411,7 @@ def shared_prefix_logprobs(
     # A packed column can predict for several rows (the prompt's last token, for each sample).
     picked, which = torch.unique(flat, return_inverse=True)
     logits = picked_logits(model, layout.input_ids, layout.positions, None, picked, layout.params)
-    real, scale = logits[:, :vocab_size], 1.0 / temperature
-    lse = chunked_logsumexp(real, scale)
-    logprobs = real[which, input_ids[rows, columns + 1]] * scale - lse[which]
+    targets = input_ids[rows, columns + 1]
+    logprobs = TargetLogprob.apply(logits, targets, vocab_size, temperature, which)
     out = torch.zeros(scored.shape, dtype=logprobs.dtype, device=logprobs.device)
     return out.index_put((rows, columns), logprobs), logits

@@ -84,6 +84,28 @@ def test_logprobs_and_their_gradient_equal_log_softmax_then_gather(
     )
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_logprobs_read_through_rows_share_a_row_and_its_gradient(temperature: float) -> None:
+    """`rows`: several predictions read from one logits row (a shared prompt's last token
+    predicts every sample's first token); values and gradient as gathering the rows first."""
+    from mcore_grpo.worker.forward import TargetLogprob
+
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(4, PADDED, dtype=torch.float64, generator=g, requires_grad=True)
+    rows = torch.tensor([0, 2, 2, 2, 3, 1])
+    targets = torch.randint(0, REAL, (6,), generator=g)
+    weights = torch.randn(6, dtype=torch.float64, generator=g)
+    got = TargetLogprob.apply(logits, targets, REAL, temperature, rows)
+    (got_grad,) = torch.autograd.grad((got * weights).sum(), logits)
+    expected = TargetLogprob.apply(logits[rows], targets, REAL, temperature)
+    (expected_grad,) = torch.autograd.grad((expected * weights).sum(), logits)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(got_grad, expected_grad)
+    assert torch.autograd.gradcheck(
+        lambda x: TargetLogprob.apply(x, targets, REAL, temperature, rows), (logits,)
+    )
+
+
 def test_chunked_logsumexp_equals_the_whole_batch_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """The logprob forward's logsumexp, a slab of rows at a time (its temporary is one slab's,
     not the batch's logits again), gives torch.logsumexp's values over the sliced real vocab."""
