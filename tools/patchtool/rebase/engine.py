@@ -50,9 +50,11 @@ from .scratch import (
     failed_files,
     head_of_scratch,
     is_ancestor,
+    merged_prs,
     parse_offsets,
     resolve_commit,
     sparse_checkout,
+    submitted_pr,
     upstream_patch_ids,
 )
 
@@ -98,6 +100,7 @@ class Replayer:
         self.history_repos = history_repos
         self.tripwire = tripwire
         self._patch_ids: dict[str, str] | None = None
+        self._merged: dict[int, str] | None = None
 
     def _upstream_ids(self, inputs: list[_Input]) -> dict[str, str]:
         if self._patch_ids is None:
@@ -120,6 +123,7 @@ class Replayer:
                 )
         else:
             result.not_checked.append("patch-id (no upstream history for a stand-in base)")
+        self._pr_evidence(item, result)
         accepted = accepted_commit(item.patch)
         if accepted:
             if not self.new.history:
@@ -149,6 +153,19 @@ class Replayer:
         else:
             result.not_checked.append("tripwire (no test hook given)")
 
+    def _pr_evidence(self, item: _Input, result: PatchResult) -> None:
+        """`pr-merged`: the patch's submitted upstream PR (ours, or one adopted) merged in
+        old..new (a `(#N)` subject): "merged upstream as #N"."""
+        number = submitted_pr(item.patch)
+        if not number or not (self.old.history and self.new.history):
+            return
+        if self._merged is None:
+            self._merged = merged_prs(self.scratch, self.old.commit, self.new.commit)
+        if sha := self._merged.get(number):
+            result.evidence.append(
+                Evidence("pr-merged", f"merged upstream as #{number} ({sha[:12]})", sha)
+            )
+
     def _noop_evidence(self) -> Evidence:
         return Evidence(
             "merge-noop", f"a 3-way merge of the patch changes nothing on {self.new.label}"
@@ -174,8 +191,8 @@ class Replayer:
             result.classification = UPSTREAMED
             if forward.returncode == 0:
                 result.note = "evidence says upstreamed, yet the patch still applies: review it"
-            elif {e.kind for e in result.evidence} == {"accepted"}:
-                # Only our own trailer says so: look for the change itself as well.
+            elif {e.kind for e in result.evidence} <= {"accepted", "pr-merged"}:
+                # Only a trailer (or the PR's merge) says so: look for the change itself too.
                 if self._merge_is_noop(item):
                     result.evidence.append(self._noop_evidence())
                 else:

@@ -96,6 +96,31 @@ def accepted_commit(patch: Patch) -> str:
     return ""
 
 
+_SUBMITTED_RE = re.compile(r"^submitted\s+\S*/pull/(\d+)\b")
+_MERGED_SUBJECT_RE = re.compile(r"\(#(\d+)\)\s*$|^Merge pull request #(\d+) ")
+
+
+def submitted_pr(patch: Patch) -> int:
+    """The upstream PR number of `Upstream-Status: submitted <.../pull/N>` (ours, or an adopted
+    upstream PR), 0 when none."""
+    for value in patch.trailer_values("Upstream-Status"):
+        if m := _SUBMITTED_RE.match(value):
+            return int(m.group(1))
+    return 0
+
+
+def merged_prs(scratch: Path, old: str, new: str) -> dict[int, str]:
+    """PR number -> the commit of old..new whose subject says it merged (`... (#N)`, squash; or
+    `Merge pull request #N ...`)."""
+    out: dict[int, str] = {}
+    log = git(["log", "--format=%H %s", f"{old}..{new}"], scratch, check=False)
+    for line in log.splitlines():
+        sha, _, subject = line.partition(" ")
+        if m := _MERGED_SUBJECT_RE.search(subject):
+            out.setdefault(int(m.group(1) or m.group(2)), sha)
+    return out
+
+
 def resolve_commit(scratch: Path, name: str, history_repos: list[Path]) -> str:
     for repo in [scratch, *history_repos]:
         sha = rev(repo, f"{name}^{{commit}}")

@@ -31,7 +31,8 @@ def accepted_status(res: PatchResult, result: RebaseResult) -> tuple[str, str]:
     """(`accepted <commit or tag>`, evidence line) for a retired patch.
 
     The status names the most specific thing found: the identical upstream commit, the
-    recorded accepted commit, or else the new base itself (tag, or commit id).
+    recorded accepted commit, the commit that merged the patch's PR, or else the new base itself
+    (tag, or commit id).
     """
     new = result.new
     where = new.tag or short(new.upstream_commit) or new.label
@@ -40,8 +41,8 @@ def accepted_status(res: PatchResult, result: RebaseResult) -> tuple[str, str]:
         if ev.kind == "patch-id" and ev.commit:
             token = ev.commit[:12]
             break
-        if ev.kind == "accepted" and ev.commit:
-            token = ev.commit
+        if ev.kind in ("accepted", "pr-merged") and ev.commit:
+            token = ev.commit[:12] if ev.kind == "pr-merged" else ev.commit
             break
     kinds = ", ".join(f"{e.kind} ({e.detail})" for e in res.evidence)
     return f"accepted {token}", f"{kinds}; found by tools/patches rebase onto {where}"
