@@ -39,6 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("verify", "VERIFY"),
     "upstream-check": ("upstream_check", "UPSTREAM_CHECK"),
     "prs": ("prs", "PRS"),
+    "adopt": ("adopt", "ADOPT"),
 }
 
 # Commands that may reach an upstream (clone, fetch, probe) or report where a source came

@@ -27,7 +27,9 @@ from .errors import PatchToolError
 
 LOCK_NAME = "patchtool.lock"
 HOLDERS_NAME = "patchtool.lock.holders"
-EXCLUSIVE = frozenset({"apply", "reset", "rebase", "pin", "port", "export", "set-status"})
+EXCLUSIVE = frozenset(
+    {"apply", "reset", "rebase", "pin", "port", "export", "set-status", "adopt"}
+)
 SHARED = frozenset({"verify"})
 
 
