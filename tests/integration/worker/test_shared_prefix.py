@@ -399,7 +399,7 @@ def test_the_lm_head_projects_only_the_scored_predictions(
     scored[:, max(PROMPTS) - 1 :] = True  # the prompt's last token predicts the first completion
     scored &= valid[:, 1:]
     seen: list[int] = []
-    layer = model.output_layer
+    layer: Any = model.output_layer
     hook = layer.register_forward_pre_hook(lambda _m, args: seen.append(args[0].shape[0]))
     try:
         got, _ = policy_token_logprobs(model, ids, valid, config, shared, scored)
