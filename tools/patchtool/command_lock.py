@@ -27,9 +27,7 @@ from .errors import PatchToolError
 
 LOCK_NAME = "patchtool.lock"
 HOLDERS_NAME = "patchtool.lock.holders"
-EXCLUSIVE = frozenset(
-    {"apply", "reset", "rebase", "pin", "port", "export", "set-status", "adopt"}
-)
+EXCLUSIVE = frozenset({"apply", "reset", "rebase", "pin", "port", "export", "set-status", "adopt"})
 SHARED = frozenset({"verify"})
 
 
