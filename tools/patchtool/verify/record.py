@@ -55,10 +55,27 @@ def record_data(root: Path, result: StackResult) -> dict[str, object]:
     return {"upstreams": upstreams, "seconds": result.seconds}
 
 
+def _keep_others(path: Path, data: dict[str, object]) -> dict[str, object]:
+    """`data` with the upstreams this run did not verify kept from the record at `path` (a
+    `verify --record Megatron-LM` must not erase the other upstreams' figures); for the record
+    on main, only when it was made on the same ref."""
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return data
+    if not isinstance(old, dict) or old.get("ref") != data.get("ref"):
+        return data
+    upstreams = data["upstreams"]
+    assert isinstance(upstreams, dict)
+    kept = {k: v for k, v in (old.get("upstreams") or {}).items() if k not in upstreams}
+    return {**data, "upstreams": dict(sorted({**kept, **upstreams}.items()))}
+
+
 def write_record(root: Path, result: StackResult) -> Path:
     path = root / RECORD_PATH
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record_data(root, result), indent=2, sort_keys=True) + "\n")
+    data = _keep_others(path, record_data(root, result))
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     return path
 
 
@@ -101,5 +118,6 @@ def main_record_data(
 def write_main_record(root: Path, data: dict[str, object]) -> Path:
     path = root / MAIN_RECORD_PATH
     path.parent.mkdir(parents=True, exist_ok=True)
+    data = _keep_others(path, data)
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     return path
