@@ -119,13 +119,14 @@ def compare_with_tp1() -> dict[str, float]:
         logits = policy_logits(ref, batch["input_ids"], batch["attention_mask"])
         ref_lp = next_token_logprobs(logits, batch["input_ids"], REAL)
     valid = batch["attention_mask"].bool()
-    real = valid[:, :-1] & valid[:, 1:]
+    # The trained predictions of real tokens: `get_logprobs` of a batch with a token_mask
+    # computes only those (the LM head at the scored positions), 0 elsewhere.
+    real = valid[:, :-1] & valid[:, 1:] & (batch["token_mask"][:, 1:] > 0)
     holder: Any = SimpleNamespace(config=tp1)  # reference_step reads only `.config`
     _, ref_after = reference_step(holder, out[0]["initial"], batch)
     return {
         "ranks_agree": float(ranks_agree),
-        # Over the predictions of a real token from a real token (`policy_token_logprobs`:
-        # shared-prefix rows report 0 from padding positions, whole rows what padding attended).
+        # Over the trained predictions of a real token from a real token (`policy_token_logprobs`).
         "logprob_max_abs_diff": (out[0]["logprobs"][:, 1:] - ref_lp)[real].abs().max().item(),
         "step_moved_params_by": max(
             (ref_after[n] - v).abs().max().item() for n, v in out[0]["initial"].items()

@@ -16,10 +16,10 @@ from tests.support.device import TEST_DEVICE
 
 
 def test_batch_from_get_logprobs_is_on_policy(world1: None) -> None:
-    """prev_logprobs = get_logprobs(batch): ratio 1 at every prediction of a real token from a
-    real token, so each valid token's loss is -advantage, and one train step reports exactly
-    that mean. (Predictions from padding are nobody's: the worker's shared-prefix rows report
-    0 there, whole rows whatever the padding attended; no loss counts them.)"""
+    """prev_logprobs = get_logprobs(batch): ratio 1 at every trained prediction (the batch's
+    token_mask) of a real token from a real token, so each valid token's loss is -advantage,
+    and one train step reports exactly that mean. (`get_logprobs` computes only the trained
+    predictions and reports 0 elsewhere; no loss counts them.)"""
     worker = make_worker(tiny_config(overlap=False))
     batch = {k: v for k, v in global_batch(rows=4).items() if k != "prev_logprobs"}
     batch["prev_logprobs"] = worker.get_logprobs(batch)
@@ -33,7 +33,8 @@ def test_batch_from_get_logprobs_is_on_policy(world1: None) -> None:
     )
     expected = -batch["advantages"][:, None].expand(4, SEQ - 1)
     valid = batch["attention_mask"].bool()
-    real = valid[:, :-1] & valid[:, 1:]
+    real = valid[:, :-1] & valid[:, 1:] & (batch["token_mask"][:, 1:] > 0)
+    assert real.any()
     assert torch.allclose(per_token[real], expected[real], atol=1e-5)
 
     mask = loss_mask(batch)
