@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.tools.sandbox import Sandbox, lines, run
+from tools.patchtool.core import git as git_module
 from tools.patchtool.core.apply import apply_upstream, reset_upstream
 from tools.patchtool.core.checkout import BRANCH_REF
 from tools.patchtool.core.export import export_upstream, write_export
@@ -68,19 +68,32 @@ def test_apply_makes_reproducible_patched_branch(sandbox: Sandbox) -> None:
     assert apply_upstream(sandbox.root, up).head == head
 
 
-def test_reapply_is_a_fast_noop(sandbox: Sandbox) -> None:
+def test_reapply_is_a_noop_that_only_reads(
+    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Re-applying an applied series changes nothing and runs only reading git commands (a
+    handful): the work it skips is what makes `tools/apply_patches.sh` cheap to re-run. Counted,
+    not timed: a wall-clock bound fails on a loaded machine (CI's 0.69 s against 0.5 s)."""
     _, _, patches = _setup(sandbox)
     sandbox.set_series("Up", patches)
     up = load_manifest(sandbox.root).upstreams["Up"]
     first = apply_upstream(sandbox.root, up)
     before = _snapshot(sandbox.root / "3rdparty/Up")
-    start = time.perf_counter()
+    calls: list[list[str]] = []
+    real_command = git_module.command
+
+    def recording(args: list[str]) -> list[str]:
+        calls.append(list(args))
+        return real_command(args)
+
+    monkeypatch.setattr(git_module, "command", recording)
     again = apply_upstream(sandbox.root, up)
-    elapsed = time.perf_counter() - start
     assert again.state == "unchanged" and "nothing to do" in again.message
     assert again.head == first.head
     assert _snapshot(sandbox.root / "3rdparty/Up") == before
-    assert elapsed < 0.5, f"no-op apply took {elapsed:.3f} s"
+    writers = {"am", "apply", "checkout", "commit", "reset", "update-ref", "switch", "stash"}
+    assert [c for c in calls if writers & set(c)] == []
+    assert 0 < len(calls) <= 15, calls
 
 
 def test_patch_needing_fuzz_is_refused(sandbox: Sandbox) -> None:
