@@ -106,6 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return ExitCode.INTERRUPTED
+    except BrokenPipeError:
+        # The reader left (`tools/patches prs X | head`): what it did not read is not an error.
+        # stdout now points at nothing so the interpreter's own flush at exit stays quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return ExitCode.OK
 
 
 def _use_mirror(args: argparse.Namespace, stack: ExitStack) -> None:

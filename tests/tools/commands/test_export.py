@@ -170,3 +170,22 @@ def test_check_reports_not_verified_without_patched_branch(
     assert export(root, "--check") == 3
     assert "NOT verified" in capsys.readouterr().out
     assert export(root, "--check", "--allow-missing") == 0
+
+
+def test_a_name_that_joined_the_series_after_apply_stops_export(
+    superproject: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """one.patch replaced in the series by theirs.patch (as `adopt --replaces` does) with the
+    branch not re-applied: its first commit is still one.patch's, and exporting it under the
+    name theirs.patch would overwrite theirs with ours. Export refuses; nothing is written."""
+    series_dir = superproject / "patches/Up"
+    (series_dir / "theirs.patch").write_bytes(b"theirs")
+    (series_dir / "series").write_text("theirs.patch\ntwo.patch\n")
+    before = {p.name: p.read_bytes() for p in series_dir.iterdir()}
+    capsys.readouterr()
+    assert export(superproject) == 1
+    err = capsys.readouterr().err
+    assert "theirs.patch joined" in err and "run tools/patches apply Up first" in err
+    assert {p.name: p.read_bytes() for p in series_dir.iterdir()} == before
+    (series_dir / "series").write_text("one.patch\ntwo.patch\n")
+    assert export(superproject) == 0  # the series it was applied from exports as before

@@ -1,9 +1,11 @@
-"""`tools/patches adopt <Upstream> <N> --test NODE [--from GITDIR] [--name FILE]`: carry
-upstream PR #N as the last patch of the series (prs/adopt.py): its change from its fork point
-merged onto the pin with the series, its author kept, `Upstream-Status: submitted <PR URL>`,
-its new tests as `Upstream-Test:`, NODE as the tripwire `Test:`. `rebase`/`roll` retire it as
-"merged upstream as #N" once the target has it. Lint runs on the result. Exit OK, FAILED with
-lint's problems (the patch stays written), or an `error:` line.
+"""`tools/patches adopt <Upstream> <N> (--test NODE | --replaces PATCH) [--from GITDIR]
+[--name FILE]`: carry upstream PR #N as a patch of the series (prs/adopt.py): its change from its
+fork point merged onto the pin with the series, its author kept, `Upstream-Status: submitted
+<PR URL>`, its new tests as `Upstream-Test:`, NODE as the tripwire `Test:`. With `--replaces`,
+in the place of our patch that makes the same fix (retired, the PR named), whose tripwire it
+takes unless --test is given. `rebase`/`roll` retire it as "merged upstream as #N" once the
+target has it. Lint runs on the result. Exit OK, FAILED with lint's problems (the patch stays
+written), or an `error:` line.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 from ..command import Command, root_of
 from ..core.lint import lint_all
 from ..core.manifest import load_manifest
+from ..core.series import RETIRED_DIR
 from ..errors import ExitCode, PatchToolError
 from ..prs.adopt import adopt
 from ..prs.scan import default_gitdir
@@ -24,9 +27,17 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("number", type=int, metavar="N", help="the upstream PR number")
     parser.add_argument(
         "--test",
-        required=True,
+        default="",
         metavar="NODE",
-        help="the tripwire in this repository (tests/patches/...::test_x) that fails without it",
+        help="the tripwire in this repository (tests/patches/...::test_x) that fails without it "
+        "(default with --replaces: the replaced patch's Test: lines)",
+    )
+    parser.add_argument(
+        "--replaces",
+        default="",
+        metavar="PATCH",
+        help="our patch making the same fix: the PR takes its place in the series, ours is "
+        "retired naming the PR",
     )
     parser.add_argument(
         "--from",
@@ -46,9 +57,14 @@ def _run(args: argparse.Namespace) -> int:
     if not gitdir.exists():
         raise PatchToolError(f"--from {gitdir}: no such directory; pass a git dir with refs/pull/*")
     name = args.name if not args.name or args.name.endswith(".patch") else args.name + ".patch"
-    done = adopt(root, up, gitdir, args.number, args.test, name)
+    replaces = Path(args.replaces).name if args.replaces else ""
+    done = adopt(root, up, gitdir, args.number, args.test, name, replaces)
     print(f"adopted #{done.number} ({done.url}, head {done.head[:12]}, fork {done.fork[:12]})")
-    print(f"patch:   {up.series_dir / done.name} (last in the series)")
+    where = f"in the place of {done.replaced}" if done.replaced else "last in the series"
+    print(f"patch:   {up.series_dir / done.name} ({where})")
+    if done.replaced:
+        retired = up.series_dir / RETIRED_DIR / done.replaced
+        print(f"retired: {retired} (superseded by #{done.number})")
     print(f"author:  {done.author}")
     print(f"subject: {done.subject}")
     tests = ", ".join(done.upstream_tests) or "none found (module-level test_ functions it adds)"
@@ -56,8 +72,9 @@ def _run(args: argparse.Namespace) -> int:
     errors = [e for e in lint_all(root, manifest, [up.name]) if done.name in e.file]
     for error in errors:
         print(error)
+    export = f" && tools/patches export {up.name}" if done.later else ""
     print(
-        f"next: tools/patches apply {up.name} && tools/patches verify {up.name}; "
+        f"next: tools/patches apply {up.name}{export} && tools/patches verify {up.name}; "
         f"commit {up.series_dir}"
     )
     return ExitCode.FAILED if errors else ExitCode.OK

@@ -270,7 +270,7 @@ def apply_upstream(
         updates += f"update {PIN_REF} {source.pin}\n"
         git(["update-ref", "-m", "tools/patches apply", "--stdin"], repo, input=updates)
         git(["symbolic-ref", "HEAD", BRANCH_REF], repo)
-        record_applied(repo, digest)
+        record_applied(repo, digest, [entry.name for entry, _ in series])
     except BaseException:
         _restore(repo, ref, head, refs, stash)
         raise

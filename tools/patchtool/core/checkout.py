@@ -31,6 +31,8 @@ BRANCH = "patched"
 BRANCH_REF = f"refs/heads/{BRANCH}"
 APPLIED_REF = "refs/patchtool/applied"
 DIGEST_KEY = "patchtool.digest"
+# The series' patch names the branch was applied from: export maps commits to names by position.
+NAMES_KEY = "patchtool.appliedNames"
 PIN_REF = "refs/patchtool/pin"
 STANDIN_KEY = "patchtool.standin"
 CLONE_FAILED_KEY = "patchtool.cloneFailed"
@@ -129,9 +131,18 @@ def is_applied(repo: Path, digest: str) -> bool:
     return ref == BRANCH_REF and head == rev(repo, APPLIED_REF)
 
 
-def record_applied(repo: Path, digest: str) -> None:
-    """Remember that HEAD's branch is the applied state of `digest` (see `is_applied`)."""
+def record_applied(repo: Path, digest: str, names: list[str] | None = None) -> None:
+    """Remember that HEAD's branch is the applied state of `digest` (see `is_applied`), and
+    the series' patch names it was applied from (`applied_names`), when given."""
     git(["config", DIGEST_KEY, digest], repo)
+    if names is not None:
+        git(["config", NAMES_KEY, " ".join(names)], repo)
+
+
+def applied_names(repo: Path) -> list[str] | None:
+    """The patch names branch `patched` was applied (or exported) from; None if unrecorded."""
+    value = git_text(["config", "--get", NAMES_KEY], repo, check=False)
+    return value.split() if value else None
 
 
 def move_branch(repo: Path, new_tip: str, old_tip: str, reason: str) -> bool:

@@ -15,8 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import PatchToolError
-from .checkout import BRANCH, BRANCH_REF, PIN_REF, checkout_dir, is_repo
-from .git import branch_commits, export_commits, git_text, rev
+from .checkout import (
+    BRANCH,
+    BRANCH_REF,
+    NAMES_KEY,
+    PIN_REF,
+    applied_names,
+    checkout_dir,
+    is_repo,
+)
+from .git import branch_commits, export_commits, git, git_text, rev
 from .manifest import Upstream
 from .series import SERIES_FILE, read_series
 
@@ -72,6 +80,15 @@ def export_upstream(root: Path, up: Upstream) -> Export:
             f"{series_dir / SERIES_FILE} lists {len(entries)}; remove the dropped patches from "
             "series (and their files) or re-run tools/patches apply"
         )
+    known = applied_names(repo)
+    joined = [e.name for e in entries[: len(commits)] if known is not None and e.name not in known]
+    if joined:
+        raise PatchToolError(
+            f"{up.name}: {', '.join(joined)} joined {series_dir / SERIES_FILE} after branch "
+            f"{BRANCH} was applied: its commits are the old series', and exporting would write "
+            f"them under the new names; run tools/patches apply {up.name} first (--force keeps "
+            "commits of yours as a branch)"
+        )
     result = Export(up.name)
     for index, data in enumerate(export_commits(repo, commits)):
         if index < len(entries):
@@ -124,4 +141,8 @@ def write_export(root: Path, up: Upstream, fresh: Export) -> list[str]:
     if series.read_text(encoding="utf-8") != fresh.series_text:
         series.write_text(fresh.series_text, encoding="utf-8")
         written.append(series.relative_to(root).as_posix())
+    repo = checkout_dir(root, up)
+    known = applied_names(repo)
+    if fresh.added and known is not None:  # the commits it named are the branch's now
+        git(["config", NAMES_KEY, " ".join(known + fresh.added)], repo)
     return written

@@ -16,6 +16,8 @@ from .git import git, git_text
 from .series import parse_patch_text
 
 STATUS_KEY = "Upstream-Status"
+# Why a patch left the series (rebase: the upstream commit; adopt: the PR that superseded it).
+EVIDENCE_KEY = "Upstream-Evidence"
 STATUS_KINDS = ("pending", "submitted", "accepted", "not-needed", "inappropriate")
 _TRAILER_LINE_RE = re.compile(r"^([A-Za-z][A-Za-z0-9-]*):[ \t]*(.*)$")
 

@@ -18,13 +18,17 @@ from pathlib import Path
 
 from ..core.git import format_patch, git, git_text, run
 from ..core.manifest import Upstream
-from ..core.series import read_series
+from ..core.series import RETIRED_DIR, SERIES_FILE, parse_patch, read_series
+from ..core.trailers import EVIDENCE_KEY, STATUS_KEY, set_patch_trailer
 from ..errors import GitError, PatchToolError
 from . import diffs
 from .history import load_history, pull_refs
 
 _TEST_FILE_RE = re.compile(r"(^|/)tests?/(.+/)?test_[^/]*\.py$")
 _TEST_DEF_RE = re.compile(r"^\+def (test_\w+)\(")
+_TEST_CLASS_RE = re.compile(r"^\+class (Test\w*)\b")
+_TEST_METHOD_RE = re.compile(r"^\+    (?:async )?def (test_\w+)\(")
+_CONTEXT_CLASS_RE = re.compile(r"^@@ .* @@ class (Test\w*)\b")
 
 
 @dataclass
@@ -37,6 +41,8 @@ class Adopted:
     subject: str
     url: str
     upstream_tests: list[str] = field(default_factory=list)
+    replaced: str = ""  # our patch it took the place of (now retired), if any
+    later: int = 0  # patches after it in the series (re-export them: their offsets moved)
 
 
 def pr_url(up: Upstream, number: int) -> str:
@@ -45,40 +51,65 @@ def pr_url(up: Upstream, number: int) -> str:
     return f"{base}/pull/{number}"
 
 
-def _slug(text: str) -> str:
-    words = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
-    return words[:50].rstrip("-") or "change"
+def _slug(text: str, limit: int = 50) -> str:
+    """The subject as a file name: lower-case words joined by '-', whole words up to `limit`."""
+    words = re.sub(r"[^a-z0-9]+", " ", text.lower()).split()
+    slug = words[0][:limit] if words else "change"
+    for word in words[1:]:
+        if len(slug) + 1 + len(word) > limit:
+            break
+        slug += "-" + word
+    return slug
 
 
 def _new_tests(gitdir: Path, fork: str, head: str) -> list[str]:
-    """`path::test_name` of the module-level tests the PR adds (its own tests)."""
+    """`path::test_name` and `path::TestClass::test_name` of the tests the PR adds (its own
+    tests): pytest's classes are how Megatron-LM writes most of its unit tests."""
     out = git(["diff", "-U0", "--no-color", fork, head, "--", "*test_*.py"], gitdir)
-    nodes, path = [], ""
+    nodes, path, cls = [], "", ""
     for line in out.splitlines():
         if line.startswith("+++ "):
-            path = line[6:] if line.startswith("+++ b/") else ""
-        elif path and _TEST_FILE_RE.search(path) and (m := _TEST_DEF_RE.match(line)):
-            nodes.append(f"{path}::{m.group(1)}")
+            path, cls = (line[6:] if line.startswith("+++ b/") else ""), ""
+        elif not path or not _TEST_FILE_RE.search(path):
+            continue
+        elif m := _CONTEXT_CLASS_RE.match(line):
+            cls = m.group(1)  # a hunk inside an existing test class
+        elif line.startswith("@@"):
+            cls = ""
+        elif m := _TEST_CLASS_RE.match(line):
+            cls = m.group(1)
+        elif line.startswith("+") and line[1:2] not in ("", " ", "\t", "#", "@", ")"):
+            cls = ""  # another top-level statement ends the class
+            if m := _TEST_DEF_RE.match(line):
+                nodes.append(f"{path}::{m.group(1)}")
+        elif cls and (m := _TEST_METHOD_RE.match(line)):
+            nodes.append(f"{path}::{cls}::{m.group(1)}")
     return nodes
 
 
-def _series_tree(root: Path, up: Upstream, gitdir: Path, index: Path) -> str:
-    """The pin with the series applied, in the temporary `index` (no work tree touched)."""
+def _series_tree(root: Path, up: Upstream, gitdir: Path, index: Path, names: list[str]) -> str:
+    """The pin with the series' `names` applied, in the temporary `index` (no work tree)."""
     env = {"GIT_INDEX_FILE": str(index)}
     git(["read-tree", up.commit], gitdir, env=env)
-    for entry in read_series(root / up.series_dir / "series"):
-        try:
-            git(["apply", "--cached", str(root / up.series_dir / entry.name)], gitdir, env=env)
-        except GitError as exc:
-            raise PatchToolError(
-                f"{entry.name} does not apply on the pin in {gitdir} ({exc.stderr.strip()[:160]}); "
-                "the series must apply (tools/patches lint, apply) before a PR joins it"
-            ) from exc
+    _apply_each(root, up, gitdir, env, names, "on the pin")
     return git_text(["write-tree"], gitdir, env=env)
 
 
+def _apply_each(
+    root: Path, up: Upstream, gitdir: Path, env: dict[str, str], names: list[str], where: str
+) -> None:
+    for name in names:
+        try:
+            git(["apply", "--cached", str(root / up.series_dir / name)], gitdir, env=env)
+        except GitError as exc:
+            raise PatchToolError(
+                f"{name} does not apply {where} in {gitdir} ({exc.stderr.strip()[:160]}); "
+                "the series must apply (tools/patches lint, apply) before a PR joins it"
+            ) from exc
+
+
 def _message(
-    up: Upstream, number: int, head: str, info: list[str], test: str, nodes: list[str]
+    up: Upstream, number: int, head: str, info: list[str], tests: list[str], nodes: list[str]
 ) -> str:
     subject, body = info[4], "\n".join(info[5:]).strip()
     url = pr_url(up, number)
@@ -89,21 +120,46 @@ def _message(
         "",
         f"Upstream-Status: submitted {url}",
         f"Origin: upstream PR #{number} by {info[0]}, adopted (author kept)",
-        f"Test: {test}",
+        *(f"Test: {node}" for node in tests),
         *(f"Upstream-Test: {node}" for node in nodes),
     ]
     return "\n".join(lines) + "\n"
 
 
 def adopt(
-    root: Path, up: Upstream, gitdir: Path, number: int, test: str, name: str = ""
+    root: Path,
+    up: Upstream,
+    gitdir: Path,
+    number: int,
+    test: str = "",
+    name: str = "",
+    replaces: str = "",
 ) -> Adopted:
-    """Write PR `number` of `gitdir` as the last patch of `up`'s series; the written patch."""
+    """Write PR `number` of `gitdir` as a patch of `up`'s series: the last one, or in the place
+    of our patch `replaces` (retired, the PR named as what supersedes it). The tripwire is
+    `test`, else the replaced patch's `Test:` lines (they prove the same fix)."""
     ref = pull_refs(gitdir).get(number)
     if ref is None:
         raise PatchToolError(
             f"{gitdir} has no refs/pull/{number}/head; fetch it there with git fetch origin "
             f"'+refs/pull/{number}/head:refs/pull/{number}/head', or pass --from a git dir that has it"
+        )
+    series_dir = root / up.series_dir
+    entries = [e.name for e in read_series(series_dir / SERIES_FILE)]
+    before, after, tests = entries, [], [test] if test else []
+    if replaces:
+        if replaces not in entries:
+            raise PatchToolError(
+                f"--replaces {replaces}: not in {(series_dir / SERIES_FILE).relative_to(root)}; "
+                f"name one of its patches ({', '.join(entries[:3])}, ...)"
+            )
+        at = entries.index(replaces)
+        before, after = entries[:at], entries[at + 1 :]
+        tests = tests or parse_patch(series_dir / replaces).trailer_values("Test")
+    if not tests:
+        raise PatchToolError(
+            "--test NODE is required: the tripwire in this repository that fails without the PR "
+            "(tests/patches/...::test_x); a tripwire cannot be invented from the PR"
         )
     history = load_history(gitdir, up.commit, up.feeder)
     cache = diffs.load_cache(root, up.name)
@@ -113,8 +169,8 @@ def adopt(
     first = own[0] if own else ref.head
     info = git(["log", "-1", "--format=%an%n%ae%n%aI%n%H%n%s%n%b", first], gitdir).splitlines()
     name = name or f"pr{number}-{_slug(info[4])}.patch"
-    target = root / up.series_dir / name
-    if target.exists() or name in {e.name for e in read_series(root / up.series_dir / "series")}:
+    target = series_dir / name
+    if target.exists() or name in entries:
         raise PatchToolError(f"{target.relative_to(root)} exists; pass --name for another file")
     nodes = _new_tests(gitdir, fork, ref.head)
     author = {  # the PR's author, also as committer: the commit is theirs, remade on our base
@@ -124,7 +180,7 @@ def adopt(
     }
     with tempfile.TemporaryDirectory(prefix="adopt-") as tmp:
         index, diff = Path(tmp) / "index", Path(tmp) / "pr.diff"
-        base_tree = _series_tree(root, up, gitdir, index)
+        base_tree = _series_tree(root, up, gitdir, index, before)
         base = git_text(
             ["commit-tree", base_tree, "-p", up.commit, "-m", "series"], gitdir, env=author
         )
@@ -137,17 +193,75 @@ def adopt(
                 "adopt takes a PR that merges cleanly: ask upstream to rebase it, or port it by hand"
             )
         tree = git_text(["write-tree"], gitdir, env=env)
-    message = _message(up, number, ref.head, info, test, nodes)
+        # The patches after the replaced one must still apply on the PR (offsets allowed).
+        _apply_each(root, up, gitdir, env, after, f"after PR #{number} in place of {replaces}")
+    message = _message(up, number, ref.head, info, tests, nodes)
     commit = git_text(
         ["commit-tree", tree, "-p", base, "-F", "-"], gitdir, input=message, env=author
     )
     target.write_bytes(format_patch(gitdir, f"{commit}^!"))
-    series = root / up.series_dir / "series"
+    series = series_dir / SERIES_FILE
     text = series.read_text(encoding="utf-8")
-    series.write_text(text + ("" if text.endswith("\n") or not text else "\n") + name + "\n")
+    if replaces:
+        series.write_text(_series_replacing(text, replaces, name), encoding="utf-8")
+        _retire(series_dir / replaces, number, pr_url(up, number), name)
+        _redirect_depends(root, f"{up.name}/{replaces}", f"{up.name}/{name}")
+    else:
+        series.write_text(text + ("" if text.endswith("\n") or not text else "\n") + name + "\n")
     return Adopted(
-        number, ref.head, fork, name, f"{info[0]} <{info[1]}>", info[4], pr_url(up, number), nodes
+        number,
+        ref.head,
+        fork,
+        name,
+        f"{info[0]} <{info[1]}>",
+        info[4],
+        pr_url(up, number),
+        nodes,
+        replaces,
+        len(after),
     )
+
+
+def _series_replacing(text: str, old: str, new: str) -> str:
+    """The series file with `old`'s entry named `new` (comments, order kept)."""
+    out = []
+    for line in text.splitlines(keepends=True):
+        if line.split("#", 1)[0].strip() == old:
+            line = line.replace(old, new, 1)
+        out.append(line)
+    return "".join(out)
+
+
+def _redirect_depends(root: Path, old: str, new: str) -> None:
+    """`Depends-On: old` -> `Depends-On: new` in every series' patches (Bridge's patches depend
+    on Megatron-LM's): what they needed from ours, the PR in its place now provides."""
+    for path in sorted((root / "patches").glob("*/*.patch")):
+        data = path.read_bytes()
+        head, sep, diff = data.partition(b"\ndiff --git ")
+        line = f"\nDepends-On: {old}\n".encode()
+        if line in head + b"\n":
+            head = (head + b"\n").replace(line, f"\nDepends-On: {new}\n".encode())[:-1]
+            path.write_bytes(head + sep + diff)
+
+
+def _retire(path: Path, number: int, url: str, name: str) -> None:
+    """Move our patch to the retired folder, the adopted PR named as what supersedes it."""
+    data = set_patch_trailer(
+        path.read_bytes(),
+        STATUS_KEY,
+        f"not-needed superseded by upstream PR #{number} ({url}), carried as {name}",
+        path,
+    )
+    data = set_patch_trailer(
+        data,
+        EVIDENCE_KEY,
+        f"superseded-by-pr (#{number} makes the same fix; retired by tools/patches adopt)",
+        path,
+    )
+    retired = path.parent / RETIRED_DIR
+    retired.mkdir(exist_ok=True)
+    (retired / path.name).write_bytes(data)
+    path.unlink()
 
 
 def _apply_3way(gitdir: Path, diff: Path, env: dict[str, str]) -> str:

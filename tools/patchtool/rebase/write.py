@@ -12,12 +12,10 @@ from pathlib import Path
 from ..core.git import format_patch, git
 from ..core.manifest import MANIFEST_PATH, Upstream, set_pin, short, version_for_tag
 from ..core.series import RETIRED_DIR, SERIES_FILE
-from ..core.trailers import STATUS_KEY, set_patch_trailer
+from ..core.trailers import EVIDENCE_KEY, STATUS_KEY, set_patch_trailer
 from ..errors import PatchToolError
 from ..source.nearest import release_at, tag_of
 from .result import UPSTREAMED, PatchResult, RebaseResult
-
-EVIDENCE_KEY = "Upstream-Evidence"
 
 
 @dataclass
