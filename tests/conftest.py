@@ -77,6 +77,16 @@ def attention_backend_vars_kept() -> Iterator[None]:
                 os.environ[name] = value
 
 
+@pytest.fixture(scope="module", autouse=True)
+def forgotten_groups_released() -> Iterator[None]:
+    """After each test module (and its module fixtures, torn down first), the process groups
+    megatron-core forgot without destroying are destroyed (`release_forgotten_groups`)."""
+    yield
+    from tests.support.parallel import release_forgotten_groups
+
+    release_forgotten_groups()
+
+
 @pytest.fixture(autouse=True)
 def attention_backend_env() -> Iterator[None]:
     """The models a test builds live for the test: so do the NVTE_* variables they set."""

@@ -10,7 +10,6 @@ import pytest
 from tests.tools.repos import (
     commit,
     init_repo,
-    make_patch,
     make_superproject,
     numbered,
     run,

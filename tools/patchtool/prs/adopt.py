@@ -126,6 +126,73 @@ def _message(
     return "\n".join(lines) + "\n"
 
 
+@dataclass
+class _Place:
+    """Where the PR goes: the series' names before it and after it, and the tripwire."""
+
+    entries: list[str]
+    before: list[str]
+    after: list[str]
+    tests: list[str]
+
+
+def _place(root: Path, up: Upstream, replaces: str, test: str) -> _Place:
+    """Last in the series, or in the place of `replaces` (whose `Test:` lines it inherits)."""
+    series_dir = root / up.series_dir
+    entries = [e.name for e in read_series(series_dir / SERIES_FILE)]
+    place = _Place(entries, entries, [], [test] if test else [])
+    if replaces:
+        if replaces not in entries:
+            raise PatchToolError(
+                f"--replaces {replaces}: not in {(series_dir / SERIES_FILE).relative_to(root)}; "
+                f"name one of its patches ({', '.join(entries[:3])}, ...)"
+            )
+        at = entries.index(replaces)
+        place.before, place.after = entries[:at], entries[at + 1 :]
+        place.tests = place.tests or parse_patch(series_dir / replaces).trailer_values("Test")
+    if not place.tests:
+        raise PatchToolError(
+            "--test NODE is required: the tripwire in this repository that fails without the PR "
+            "(tests/patches/...::test_x); a tripwire cannot be invented from the PR"
+        )
+    return place
+
+
+def _commit(
+    root: Path,
+    up: Upstream,
+    gitdir: Path,
+    pr: tuple[int, str, str],
+    place: _Place,
+    message: str,
+    author: dict[str, str],
+    replaces: str,
+) -> str:
+    """The PR `(number, fork, head)` as one commit on the pin plus `place.before`, checked to
+    let `place.after` still apply; in a temporary index, no work tree touched."""
+    number, fork, head = pr
+    with tempfile.TemporaryDirectory(prefix="adopt-") as tmp:
+        index, diff = Path(tmp) / "index", Path(tmp) / "pr.diff"
+        base_tree = _series_tree(root, up, gitdir, index, place.before)
+        base = git_text(
+            ["commit-tree", base_tree, "-p", up.commit, "-m", "series"], gitdir, env=author
+        )
+        diff.write_bytes(git(["diff", "--binary", "--full-index", fork, head], gitdir).encode())
+        env = {"GIT_INDEX_FILE": str(index)}
+        failed = _apply_3way(gitdir, diff, env)
+        if failed:
+            raise PatchToolError(
+                f"PR #{number} does not merge onto the pin with the series ({failed}); "
+                "adopt takes a PR that merges cleanly: ask upstream to rebase it, or port it by hand"
+            )
+        tree = git_text(["write-tree"], gitdir, env=env)
+        # The patches after the replaced one must still apply on the PR (offsets allowed).
+        _apply_each(
+            root, up, gitdir, env, place.after, f"after PR #{number} in place of {replaces}"
+        )
+    return git_text(["commit-tree", tree, "-p", base, "-F", "-"], gitdir, input=message, env=author)
+
+
 def adopt(
     root: Path,
     up: Upstream,
@@ -144,62 +211,28 @@ def adopt(
             f"{gitdir} has no refs/pull/{number}/head; fetch it there with git fetch origin "
             f"'+refs/pull/{number}/head:refs/pull/{number}/head', or pass --from a git dir that has it"
         )
-    series_dir = root / up.series_dir
-    entries = [e.name for e in read_series(series_dir / SERIES_FILE)]
-    before, after, tests = entries, [], [test] if test else []
-    if replaces:
-        if replaces not in entries:
-            raise PatchToolError(
-                f"--replaces {replaces}: not in {(series_dir / SERIES_FILE).relative_to(root)}; "
-                f"name one of its patches ({', '.join(entries[:3])}, ...)"
-            )
-        at = entries.index(replaces)
-        before, after = entries[:at], entries[at + 1 :]
-        tests = tests or parse_patch(series_dir / replaces).trailer_values("Test")
-    if not tests:
-        raise PatchToolError(
-            "--test NODE is required: the tripwire in this repository that fails without the PR "
-            "(tests/patches/...::test_x); a tripwire cannot be invented from the PR"
-        )
+    place = _place(root, up, replaces, test)
     history = load_history(gitdir, up.commit, up.feeder)
     cache = diffs.load_cache(root, up.name)
     diffs.fork_points(gitdir, [ref.head], history.targets, cache)
     fork = cache["forks"][ref.head]
     own = git_text(["rev-list", "--reverse", "--no-merges", f"{fork}..{ref.head}"], gitdir).split()
-    first = own[0] if own else ref.head
-    info = git(["log", "-1", "--format=%an%n%ae%n%aI%n%H%n%s%n%b", first], gitdir).splitlines()
+    info = git(
+        ["log", "-1", "--format=%an%n%ae%n%aI%n%H%n%s%n%b", own[0] if own else ref.head], gitdir
+    ).splitlines()
+    series_dir = root / up.series_dir
     name = name or f"pr{number}-{_slug(info[4])}.patch"
-    target = series_dir / name
-    if target.exists() or name in entries:
-        raise PatchToolError(f"{target.relative_to(root)} exists; pass --name for another file")
+    if (series_dir / name).exists() or name in place.entries:
+        raise PatchToolError(f"{up.series_dir / name} exists; pass --name for another file")
     nodes = _new_tests(gitdir, fork, ref.head)
     author = {  # the PR's author, also as committer: the commit is theirs, remade on our base
         f"GIT_{role}_{key}": value
         for role in ("AUTHOR", "COMMITTER")
         for key, value in (("NAME", info[0]), ("EMAIL", info[1]), ("DATE", info[2]))
     }
-    with tempfile.TemporaryDirectory(prefix="adopt-") as tmp:
-        index, diff = Path(tmp) / "index", Path(tmp) / "pr.diff"
-        base_tree = _series_tree(root, up, gitdir, index, before)
-        base = git_text(
-            ["commit-tree", base_tree, "-p", up.commit, "-m", "series"], gitdir, env=author
-        )
-        diff.write_bytes(git(["diff", "--binary", "--full-index", fork, ref.head], gitdir).encode())
-        env = {"GIT_INDEX_FILE": str(index)}
-        failed = _apply_3way(gitdir, diff, env)
-        if failed:
-            raise PatchToolError(
-                f"PR #{number} does not merge onto the pin with the series ({failed}); "
-                "adopt takes a PR that merges cleanly: ask upstream to rebase it, or port it by hand"
-            )
-        tree = git_text(["write-tree"], gitdir, env=env)
-        # The patches after the replaced one must still apply on the PR (offsets allowed).
-        _apply_each(root, up, gitdir, env, after, f"after PR #{number} in place of {replaces}")
-    message = _message(up, number, ref.head, info, tests, nodes)
-    commit = git_text(
-        ["commit-tree", tree, "-p", base, "-F", "-"], gitdir, input=message, env=author
-    )
-    target.write_bytes(format_patch(gitdir, f"{commit}^!"))
+    message = _message(up, number, ref.head, info, place.tests, nodes)
+    commit = _commit(root, up, gitdir, (number, fork, ref.head), place, message, author, replaces)
+    (series_dir / name).write_bytes(format_patch(gitdir, f"{commit}^!"))
     series = series_dir / SERIES_FILE
     text = series.read_text(encoding="utf-8")
     if replaces:
@@ -208,17 +241,9 @@ def adopt(
         _redirect_depends(root, f"{up.name}/{replaces}", f"{up.name}/{name}")
     else:
         series.write_text(text + ("" if text.endswith("\n") or not text else "\n") + name + "\n")
+    who, url = f"{info[0]} <{info[1]}>", pr_url(up, number)
     return Adopted(
-        number,
-        ref.head,
-        fork,
-        name,
-        f"{info[0]} <{info[1]}>",
-        info[4],
-        pr_url(up, number),
-        nodes,
-        replaces,
-        len(after),
+        number, ref.head, fork, name, who, info[4], url, nodes, replaces, len(place.after)
     )
 
 
