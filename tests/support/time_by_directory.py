@@ -2,7 +2,7 @@
 
 Why: CI's budget is spent by a few directories (multi-rank workers, Ray clusters, real
 checkpoints); `--durations` names the slowest tests, this names the slowest areas, so a change
-that makes one dearer shows in the log of the run that made it (docs/ci.md keeps the figures).
+that makes one dearer shows in the log of the run that made it (docs/results/ci-rehearsals.md keeps the figures).
 Loaded for every run by `-p tests.support.time_by_directory` in pyproject.toml's addopts.
 """
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.tools.sandbox import Sandbox, run, write
-from tools.patchtool.commands.verify import render_gate, render_upstream
+from tools.patchtool.commands.verify import _failed, render_gate, render_upstream
 from tools.patchtool.core.apply import apply_upstream
 from tools.patchtool.core.manifest import load_manifest
 from tools.patchtool.core.series import parse_patch
@@ -429,3 +429,25 @@ def test_a_patch_a_later_one_depends_on_is_proven_without_the_tail(sandbox: Sand
     first_proof = next(p for p in result.upstream if p.patch == "first.patch")
     assert "Norm" not in first_proof.without_detail
     assert "assert" in first_proof.without_detail
+
+
+def test_a_skipped_upstream_test_fails_verify_unless_the_hardware_it_needs_is_listed(
+    sandbox: Sandbox,
+) -> None:
+    """An upstream test that skips here (an adopted PR's CUDA-only test) proves nothing: verify
+    fails on it, unless patches/upstream-tests.toml lists the patch under `needs_hardware`."""
+    skipping = "import pytest\n\n\ndef test_two():\n    pytest.skip('CUDA required')\n"
+    files = {
+        "pkg/sub/mod.py": "VALUE = 2\n",
+        "tests/unit/sub/test_fix.py": skipping,
+        "tests/unit/sub/test_mod.py": UPDATED,
+    }
+    suites = SUITES + '\n[Up.needs_hardware]\n"fix.patch" = "a CUDA GPU"\n'
+    opts = Options(jobs=2, tripwires=False)
+    node = "tests/unit/sub/test_fix.py::test_two"
+    result = _stack(sandbox, [("fix.patch", files, node)], suites=suites, opts=opts)
+    (proof,) = result.upstream
+    assert (proof.verdict, proof.needs_hardware) == ("not verified here", "a CUDA GPU")
+    assert proof.excused and not _failed(result, opts, allow_missing=False)
+    proof.needs_hardware = ""  # the same run, the patch not listed
+    assert not proof.excused and _failed(result, opts, allow_missing=False)

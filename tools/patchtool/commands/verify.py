@@ -182,7 +182,7 @@ def _failed(result: StackResult, opts: Options, allow_missing: bool) -> bool:
     missing_only = all(p.unavailable for p in unproven)
     if opts.tripwires and unproven and not (missing_only and allow_missing):
         return True
-    if opts.own_tests and any(not p.proven and not p.pending for p in result.upstream):
+    if opts.own_tests and any(not p.proven and not p.excused for p in result.upstream):
         return True
     return any(gate.new_broken for gate in result.gates)
 
@@ -233,7 +233,7 @@ def _run_on(args: argparse.Namespace, root: Path, python: Path, ups: list[Upstre
             f"  {r.upstream}: {n} left out: {why}" for r in replays for n, why in r.left_out.items()
         ]
         print("\n".join([render_upstream(proofs), *notes]))
-    unproven = [p for p in proofs if not p.proven and not p.pending]
+    unproven = [p for p in proofs if not p.proven and not p.excused]
     return ExitCode.FAILED if unproven or any(r.left_out for r in replays) else ExitCode.OK
 
 

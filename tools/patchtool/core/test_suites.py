@@ -40,6 +40,10 @@ class UpstreamSuite:
     # each with why: reported as known (never hidden), not failing verify; a listed test that
     # is no longer broken is reported so the entry goes.
     known_broken: dict[str, str] = field(default_factory=dict)
+    # Patches whose upstream test needs hardware this machine lacks (a CUDA GPU), each with
+    # why: its "not verified here" (the test skipped) is reported, not failing verify; the
+    # patch's tripwire still proves it. Only a skip is excused: a failure is not.
+    needs_hardware: dict[str, str] = field(default_factory=dict)
     # Extra pytest arguments for every run of this suite (plugins, a marker expression), after
     # the CPU plugin and before the nodes.
     args: tuple[str, ...] = ()
@@ -124,6 +128,9 @@ def _suite(name: str, table: dict[str, object]) -> UpstreamSuite:
         table, "pending", where, "each patch file name to why it has no upstream test yet"
     )
     known = _reasons(table, "known_broken", where, "each upstream test node id to why it is broken")
+    hardware = _reasons(
+        table, "needs_hardware", where, "each patch file name to the hardware its test needs"
+    )
     args = table.get("args", [])
     if not isinstance(args, list) or not all(isinstance(a, str) and a for a in args):
         raise PatchToolError(
@@ -135,6 +142,7 @@ def _suite(name: str, table: dict[str, object]) -> UpstreamSuite:
         args=tuple(args),
         deferred={k.strip("/"): v for k, v in deferred.items()},
         known_broken=known,
+        needs_hardware=hardware,
         pending=pending,
         tests_root=str(table["tests_root"]).strip("/"),
         package=str(table["package"]).strip("/"),

@@ -44,10 +44,19 @@ class UpstreamProof:
     gate_dirs: list[str] = field(default_factory=list)
     deferred_dirs: list[str] = field(default_factory=list)  # gated only by --full-gate
     pending: str = ""  # why the patch has no upstream test yet (patches/upstream-tests.toml)
+    needs_hardware: str = ""  # what its test needs that this machine lacks (the same file)
 
     @property
     def proven(self) -> bool:
         return self.verdict == "proven"
+
+    @property
+    def excused(self) -> bool:
+        """Unproven for a reason patches/upstream-tests.toml states: no upstream test yet, or
+        one that skips for want of hardware listed there."""
+        return bool(self.pending) or bool(
+            self.needs_hardware and self.verdict == "not verified here"
+        )
 
 
 @dataclass
@@ -140,6 +149,7 @@ def plan_suite(
             **common,
         )
     for index, (proof, patch) in enumerate(zip(proofs, patches, strict=True)):
+        proof.needs_hardware = suite.needs_hardware.get(proof.patch, "")
         if not proof.tests:
             proof.pending = suite.pending.get(proof.patch, "")
             proof.detail = "the patch has no Upstream-Test: trailer" + (
