@@ -189,3 +189,25 @@ def test_black_finding_under_megatron_core_only(sandbox: Sandbox, tmp_path: Path
     ]
     assert "+x = {'a': 1}" in patch.findings[0].detail  # the diff to apply, strings kept
     assert report.dco == "no CONTRIBUTING.md: the upstream states no DCO rule"
+
+
+def test_an_adopted_prs_findings_are_reported_not_failing(
+    sandbox: Sandbox, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A patch `adopt` carries is someone else's open PR: its missing sign-off is theirs to fix
+    there (we cannot sign off for them), so it is reported and does not fail; ours still does."""
+    theirs = "Origin: upstream PR #9 by Grace Hopper, adopted (author kept)"
+    adopted = TRAILERS.replace("Origin: mcore-rl-stack tests", theirs)
+    base = {"CONTRIBUTING.md": CONTRIBUTING, "pkg/a.py": "A = 1\n"}
+    root = _applied(sandbox, base, [({"pkg/a.py": "A = 2\n"}, adopted)])
+    check = ["--root", str(root), "upstream-check", "--allow-missing"]
+    capsys.readouterr()
+    assert main(check) == 0
+    out = capsys.readouterr().out
+    assert "p1.patch: 1 finding(s): upstream PR #9 by Grace Hopper's, to fix there" in out
+    assert "dco: no Signed-off-by line" in out
+    patch = root / "patches/Up/p1.patch"
+    patch.write_text(patch.read_text().replace(theirs, "Origin: ours"))
+    run(root, "commit", "-qam", "ours now")
+    assert main(["--root", str(root), "apply", "Up"]) == 0
+    assert main(check) == 1

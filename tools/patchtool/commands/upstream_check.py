@@ -39,6 +39,8 @@ def render(reports: list[UpstreamReport]) -> str:
             old = len(p.findings) - len(new)
             verdict = f"{len(new)} finding(s)" if new else "clean" if p.ran else "nothing checked"
             verdict += f", {old} pre-existing" if old else ""
+            if p.adopted and new:
+                verdict += f": {p.adopted}'s, to fix there (reported, not failing)"
             out.append(f"  {p.patch}: {verdict} ({len(p.files)} file(s))")
             for f in p.findings:
                 tag = " [pre-existing, not from this patch]" if f.preexisting else ""

@@ -16,6 +16,23 @@ from .git import git, git_text
 from .series import parse_patch_text
 
 STATUS_KEY = "Upstream-Status"
+# `Origin:` of a patch `adopt` carried: someone else's upstream PR (its commit, its author).
+_ADOPTED_RE = re.compile(r"^upstream PR #(\d+) by (.+), adopted\b")
+
+
+def adopted_origin(number: int, author: str) -> str:
+    """The `Origin:` value `adopt` writes: `upstream PR #N by <author>, adopted (author kept)`."""
+    return f"upstream PR #{number} by {author}, adopted (author kept)"
+
+
+def adopted_pr(origins: list[str]) -> str:
+    """`upstream PR #N by <author>` when a patch's `Origin:` says `adopt` carried it, else ""."""
+    for value in origins:
+        if match := _ADOPTED_RE.match(value):
+            return f"upstream PR #{match.group(1)} by {match.group(2)}"
+    return ""
+
+
 # Why a patch left the series (rebase: the upstream commit; adopt: the PR that superseded it).
 EVIDENCE_KEY = "Upstream-Evidence"
 STATUS_KINDS = ("pending", "submitted", "accepted", "not-needed", "inappropriate")

@@ -19,7 +19,7 @@ from pathlib import Path
 from ..core.git import format_patch, git, git_text, run
 from ..core.manifest import Upstream
 from ..core.series import RETIRED_DIR, SERIES_FILE, parse_patch, read_series
-from ..core.trailers import EVIDENCE_KEY, STATUS_KEY, set_patch_trailer
+from ..core.trailers import EVIDENCE_KEY, STATUS_KEY, adopted_origin, set_patch_trailer
 from ..errors import GitError, PatchToolError
 from . import diffs
 from .history import load_history, pull_refs
@@ -119,7 +119,7 @@ def _message(
         "carried here until it merges; `rebase` retires it then.",
         "",
         f"Upstream-Status: submitted {url}",
-        f"Origin: upstream PR #{number} by {info[0]}, adopted (author kept)",
+        f"Origin: {adopted_origin(number, info[0])}",
         *(f"Test: {node}" for node in tests),
         *(f"Upstream-Test: {node}" for node in nodes),
     ]

@@ -24,6 +24,7 @@ from ..core.checkout import checkout_dir, dirty_files
 from ..core.git import format_patch, git_bytes, git_ok, git_text, patch_id
 from ..core.manifest import Upstream
 from ..core.series import Patch, load_series
+from ..core.trailers import adopted_pr
 from ..errors import PatchToolError
 from ..source.detect import MISSING, detect_source
 from .config import load_checks
@@ -144,7 +145,9 @@ def check_upstream(root: Path, up: Upstream, uv: str | None = None) -> UpstreamR
     runner = ToolRunner(uv or (find_uv() if checks else ""), repo)  # no formatter: no uv
     for index, (_, patch) in enumerate(series):
         commit, parent = commits[index], commits[index - 1] if index else source.pin
-        result = PatchReport(patch.path.name, [])
+        result = PatchReport(
+            patch.path.name, [], adopted=adopted_pr(patch.trailer_values("Origin"))
+        )
         if signoff:
             result.ran.append("dco")
             result.findings += dco_findings(patch, patch.path.relative_to(root).as_posix())

@@ -79,6 +79,9 @@ class PatchReport:
     findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     ran: list[str] = field(default_factory=list)  # checks that applied to at least one file
+    # `upstream PR #N by <author>` for a patch `adopt` carries: its findings are the PR's, to be
+    # fixed there, so they are reported and do not fail the check.
+    adopted: str = ""
 
     @property
     def new_findings(self) -> list[Finding]:
@@ -118,4 +121,4 @@ class UpstreamReport:
 
     @property
     def finding_count(self) -> int:
-        return sum(len(p.new_findings) for p in self.patches)
+        return sum(len(p.new_findings) for p in self.patches if not p.adopted)
