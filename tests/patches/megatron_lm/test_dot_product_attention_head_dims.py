@@ -1,4 +1,6 @@
-"""Tripwire for patches/Megatron-LM/dot-product-attention-mla-head-dims.patch.
+"""Tripwire for patches/Megatron-LM/pr6564-fix-local-mla-dot-product-attention-channel.patch
+(NVIDIA/Megatron-LM#6564, adopted in the place of our dot-product-attention-mla-head-dims.patch,
+now in patches/Megatron-LM/upstreamed/: the same fix, so the same tripwire).
 
 Multi-latent attention (DeepSeek-V2/V3, Kimi, GLM-4.7-Flash, ...) builds its core attention with
 `k_channels` (query/key head size: nope + rope part) and `v_channels` (value head size), which
