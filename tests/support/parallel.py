@@ -110,31 +110,13 @@ def parallel_state_kept() -> Iterator[None]:
             _set(found)
 
 
-def megatron_held_groups() -> set[int]:
-    """ids of the process groups megatron-core's parallel state holds now (its globals)."""
-    ps = sys.modules.get("megatron.core.parallel_state")
-    held: set[int] = set()
-    if ps is None:
-        return held
-    stack: list[object] = list(vars(ps).values())
-    while stack:
-        value = stack.pop()
-        if isinstance(value, dist.ProcessGroup):
-            held.add(id(value))
-        elif isinstance(value, list | tuple):
-            stack.extend(value)
-        elif isinstance(value, dict):
-            stack.extend(value.values())
-    return held
-
-
 def release_forgotten_groups() -> int:
     """Destroy the process groups nothing uses any more; how many.
 
     megatron-core's `destroy_model_parallel()` forgets the groups it made without destroying
     them (at the pin and on main it destroys only its `*_GLOO` helpers), so every
     re-initialization in a test left ~20 gloo groups behind, each with a loop thread that
-    wakes up: one pytest worker of a full run held 3,497 threads, load average 575 on 2 cores,
+    wakes up: one pytest process of a full run held 3,497 threads, load average 575 on 2 cores,
     and every test after ran slower. Called between test modules (tests/conftest.py), when no
     module's worker holds groups: every group but the default one and megatron-core's current
     ones is garbage then."""
@@ -142,7 +124,12 @@ def release_forgotten_groups() -> int:
         return 0
     from torch.distributed import distributed_c10d as c10d
 
-    keep = megatron_held_groups() | {id(c10d.GroupMember.WORLD)}
+    keep = {id(c10d.GroupMember.WORLD)}
+    if "megatron.core.parallel_state" in sys.modules:  # never imported here for this
+        from mcore_grpo.worker.memory.nccl_offload import find_megatron_process_groups
+
+        held = find_megatron_process_groups(is_nccl_like=lambda _name, _group: True)
+        keep |= {id(group) for _, group in held}
     forgotten = [g for g in list(c10d._world.pg_map) if g is not None and id(g) not in keep]
     for group in forgotten:
         dist.destroy_process_group(group)

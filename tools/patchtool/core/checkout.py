@@ -136,7 +136,12 @@ def record_applied(repo: Path, digest: str, names: list[str] | None = None) -> N
     the series' patch names it was applied from (`applied_names`), when given."""
     git(["config", DIGEST_KEY, digest], repo)
     if names is not None:
-        git(["config", NAMES_KEY, " ".join(names)], repo)
+        record_names(repo, names)
+
+
+def record_names(repo: Path, names: list[str]) -> None:
+    """Remember the patch names branch `patched` holds, in order (see `applied_names`)."""
+    git(["config", NAMES_KEY, " ".join(names)], repo)
 
 
 def applied_names(repo: Path) -> list[str] | None:

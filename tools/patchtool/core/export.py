@@ -18,13 +18,13 @@ from ..errors import PatchToolError
 from .checkout import (
     BRANCH,
     BRANCH_REF,
-    NAMES_KEY,
     PIN_REF,
     applied_names,
     checkout_dir,
     is_repo,
+    record_names,
 )
-from .git import branch_commits, export_commits, git, git_text, rev
+from .git import branch_commits, export_commits, git_text, rev
 from .manifest import Upstream
 from .series import SERIES_FILE, read_series
 
@@ -81,7 +81,7 @@ def export_upstream(root: Path, up: Upstream) -> Export:
             "series (and their files) or re-run tools/patches apply"
         )
     known = applied_names(repo)
-    joined = [e.name for e in entries[: len(commits)] if known is not None and e.name not in known]
+    joined = [e.name for e in entries[: len(commits)] if e.name not in known] if known else []
     if joined:
         raise PatchToolError(
             f"{up.name}: {', '.join(joined)} joined {series_dir / SERIES_FILE} after branch "
@@ -144,5 +144,5 @@ def write_export(root: Path, up: Upstream, fresh: Export) -> list[str]:
     repo = checkout_dir(root, up)
     known = applied_names(repo)
     if fresh.added and known is not None:  # the commits it named are the branch's now
-        git(["config", NAMES_KEY, " ".join(known + fresh.added)], repo)
+        record_names(repo, known + fresh.added)
     return written

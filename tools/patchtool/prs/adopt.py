@@ -134,13 +134,14 @@ class _Place:
     before: list[str]
     after: list[str]
     tests: list[str]
+    replaces: str = ""  # our patch whose place it takes
 
 
 def _place(root: Path, up: Upstream, replaces: str, test: str) -> _Place:
     """Last in the series, or in the place of `replaces` (whose `Test:` lines it inherits)."""
     series_dir = root / up.series_dir
     entries = [e.name for e in read_series(series_dir / SERIES_FILE)]
-    place = _Place(entries, entries, [], [test] if test else [])
+    place = _Place(entries, entries, [], [test] if test else [], replaces)
     if replaces:
         if replaces not in entries:
             raise PatchToolError(
@@ -166,7 +167,6 @@ def _commit(
     place: _Place,
     message: str,
     author: dict[str, str],
-    replaces: str,
 ) -> str:
     """The PR `(number, fork, head)` as one commit on the pin plus `place.before`, checked to
     let `place.after` still apply; in a temporary index, no work tree touched."""
@@ -188,7 +188,7 @@ def _commit(
         tree = git_text(["write-tree"], gitdir, env=env)
         # The patches after the replaced one must still apply on the PR (offsets allowed).
         _apply_each(
-            root, up, gitdir, env, place.after, f"after PR #{number} in place of {replaces}"
+            root, up, gitdir, env, place.after, f"after PR #{number} in place of {place.replaces}"
         )
     return git_text(["commit-tree", tree, "-p", base, "-F", "-"], gitdir, input=message, env=author)
 
@@ -231,7 +231,7 @@ def adopt(
         for key, value in (("NAME", info[0]), ("EMAIL", info[1]), ("DATE", info[2]))
     }
     message = _message(up, number, ref.head, info, place.tests, nodes)
-    commit = _commit(root, up, gitdir, (number, fork, ref.head), place, message, author, replaces)
+    commit = _commit(root, up, gitdir, (number, fork, ref.head), place, message, author)
     (series_dir / name).write_bytes(format_patch(gitdir, f"{commit}^!"))
     series = series_dir / SERIES_FILE
     text = series.read_text(encoding="utf-8")
