@@ -154,7 +154,7 @@ def recompute_estimate(
     model: torch.nn.Module, ids: torch.Tensor, steps: int, device: torch.device
 ) -> float:
     """Seconds for `steps` recompute steps, from 9 measured steps (see module docstring)."""
-    from mcore_grpo.worker.forward import policy_logits
+    from mcore_grpo.worker.packed_rows import policy_logits
     from mcore_grpo.worker.sampling import SamplingParams, sample_next
 
     params = SamplingParams(max_new_tokens=steps)
@@ -224,7 +224,7 @@ def decode_step_curve(
     model: torch.nn.Module, shape: Shape, lengths: list[int], repeats: int
 ) -> list[tuple[int, float, float, dict[str, float]]]:
     """(L, median s, min s, self-CPU ms per category) of one cached decode step per length."""
-    from mcore_grpo.worker.forward import attention_inputs, model_logits
+    from mcore_grpo.worker.forward import model_logits
     from megatron.core.inference.contexts import StaticInferenceContext
     from megatron.core.inference.utils import InferenceMode
 
@@ -236,8 +236,8 @@ def decode_step_curve(
     key_padding = torch.zeros((batch, 1, 1, top), dtype=torch.bool, device=device)
     token = ids[:, -1:]
     with torch.no_grad(), InferenceMode.active():
-        positions, mask = attention_inputs(torch.ones_like(ids))
-        model_logits(model, ids, positions, mask, context)  # allocates the cache
+        positions = torch.arange(ids.shape[1], device=device).expand_as(ids)
+        model_logits(model, ids, positions, None, context)  # allocates the cache
         for keys, values in context.key_value_memory_dict.values():
             keys.normal_()
             values.normal_()

@@ -41,7 +41,7 @@ from mcore_grpo.grpo.ranks.messages import TaskTokens  # noqa: E402
 from mcore_grpo.grpo.ranks.worker_settings import worker_config  # noqa: E402
 from mcore_grpo.worker.config import ModelConfig, WorkerConfig  # noqa: E402
 from mcore_grpo.worker.cpu import cpu_device  # noqa: E402
-from mcore_grpo.worker.forward import attention_inputs  # noqa: E402
+from mcore_grpo.worker.forward import token_positions  # noqa: E402
 from mcore_grpo.worker.generation import SamplingParams  # noqa: E402
 from mcore_grpo.worker.policy_worker import MegatronPolicyWorker  # noqa: E402
 
@@ -152,8 +152,8 @@ def mcore_train_step(worker: MegatronPolicyWorker, batch: dict[str, torch.Tensor
 
     def forward_step(data: Iterator[dict[str, torch.Tensor]], model: Any) -> Any:
         mb = next(data)
-        positions, mask = attention_inputs(mb["attention_mask"])
-        logits = model(mb["input_ids"], positions, mask)
+        # No padding in these batches: megatron-core's own causal attention, no mask.
+        logits = model(mb["input_ids"], token_positions(mb["attention_mask"]), None)
 
         def loss_func(output: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict]:
             logp = torch.log_softmax(output[:, :-1].float(), dim=-1)
@@ -182,8 +182,7 @@ def mcore_train_step(worker: MegatronPolicyWorker, batch: dict[str, torch.Tensor
 def mcore_forward(worker: MegatronPolicyWorker, batch: dict[str, torch.Tensor]) -> None:
     """megatron-core's forward of the wrapped model over the same tokens (logits only)."""
     worker.policy.ddp.eval()
-    positions, mask = attention_inputs(batch["attention_mask"])
-    worker.policy.ddp(batch["input_ids"], positions, mask)
+    worker.policy.ddp(batch["input_ids"], token_positions(batch["attention_mask"]), None)
     worker.policy.ddp.train()
 
 

@@ -82,8 +82,8 @@ def one_precision(args: argparse.Namespace) -> dict[str, Any]:
     from mcore_grpo.grpo.algorithm.loss import worker_default_loss
     from mcore_grpo.worker.config import ModelConfig, WorkerConfig
     from mcore_grpo.worker.cpu import cpu_device
-    from mcore_grpo.worker.forward import policy_logits
     from mcore_grpo.worker.generation import SamplingParams
+    from mcore_grpo.worker.packed_rows import policy_logits
     from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
     from transformers import AutoModelForCausalLM
 

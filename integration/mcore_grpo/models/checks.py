@@ -90,7 +90,7 @@ def imported_model(
 
 def megatron_logits(gpt: Any, vocab: int) -> torch.Tensor:
     """The worker's forward (`policy_logits`, gathered over TP) on `tokens`, real vocab only."""
-    from mcore_grpo.worker.forward import policy_logits
+    from mcore_grpo.worker.packed_rows import policy_logits
 
     ids = tokens(vocab)
     return policy_logits(gpt, ids, torch.ones_like(ids, dtype=torch.bool))[..., :vocab]

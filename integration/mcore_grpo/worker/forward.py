@@ -1,4 +1,4 @@
-"""One forward pass of the policy: masks, positions, full-vocab logits, real-vocab logprobs."""
+"""One forward pass of the policy: positions, full-vocab logits, real-vocab logprobs."""
 
 from __future__ import annotations
 
@@ -6,21 +6,6 @@ import weakref
 from typing import Any
 
 import torch
-
-
-def attention_inputs(valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Position ids and the megatron attention mask for (possibly left-) padded rows.
-
-    `valid` is [B, S] (1 = real token). The mask is [B, 1, S, S] bool, True = masked: causal
-    plus key padding. megatron-core's local attention uses a given mask as-is (no implicit
-    causal mask when one is passed), so both parts are needed. Positions count real tokens
-    only, so a left-padded prompt sees the same positions as the unpadded one.
-    """
-    valid = valid.bool()
-    seq = valid.shape[1]
-    causal = torch.ones(seq, seq, dtype=torch.bool, device=valid.device).triu(1)
-    mask = causal[None, None, :, :] | ~valid[:, None, None, :]
-    return token_positions(valid), mask
 
 
 def token_positions(valid: torch.Tensor) -> torch.Tensor:
@@ -73,33 +58,6 @@ def roll_rows(x: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor:
     index = (torch.arange(seq, device=x.device)[None, :] + shifts[:, None]) % seq
     index = index.view(*index.shape, *([1] * (x.dim() - 2))).expand_as(x)
     return x.gather(1, index)
-
-
-def policy_logits(
-    model: torch.nn.Module, input_ids: torch.Tensor, valid: torch.Tensor
-) -> torch.Tensor:
-    """[B, S, V] fp32 logits over the full (padded) vocab, gathered across TP ranks.
-
-    A model with recurrent layers (`has_recurrent_layers`) sees each row left-aligned: its
-    leading pads are moved behind the row, which causality keeps out of every real token's
-    output, and the logits are moved back. Exact for attention layers as well (positions count
-    real tokens only, the mask follows the rows)."""
-    if has_recurrent_layers(model):
-        shifts = leading_pads(valid)
-        if bool(shifts.any()):
-            aligned = policy_logits_in_place(
-                model, roll_rows(input_ids, shifts), roll_rows(valid, shifts)
-            )
-            return roll_rows(aligned, -shifts)
-    return policy_logits_in_place(model, input_ids, valid)
-
-
-def policy_logits_in_place(
-    model: torch.nn.Module, input_ids: torch.Tensor, valid: torch.Tensor
-) -> torch.Tensor:
-    """`policy_logits` on the rows as they are laid out."""
-    positions, mask = attention_inputs(valid)
-    return model_logits(model, input_ids, positions, mask)
 
 
 def model_logits(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from mcore_grpo.worker.forward import policy_logits
+from mcore_grpo.worker.packed_rows import policy_logits
 from mcore_grpo.worker.sampling import (
     GenerationOutput,
     Rollout,

@@ -213,7 +213,7 @@ class Rollout:
 
     def last_position(self) -> torch.Tensor:
         """[B, 1] position of the last filled column's token: the real tokens before it (as
-        ``cumsum - 1`` of `attention_inputs` counts; 0 for a row with none)."""
+        ``cumsum - 1`` of `forward.token_positions` counts; 0 for a row with none)."""
         return (self.real_tokens - 1).clamp(min=0)[:, None]
 
     def output(self) -> GenerationOutput:

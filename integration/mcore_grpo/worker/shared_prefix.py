@@ -28,13 +28,13 @@ from typing import Any
 
 import torch
 
-from mcore_grpo.worker.forward import (
-    TargetLogprob,
-    check_targets,
-    gpt_module,
-    has_recurrent_layers,
-    model_logits,
-    token_positions,
+from mcore_grpo.worker.forward import gpt_module, has_recurrent_layers
+from mcore_grpo.worker.packed_rows import (
+    Group,
+    PackedRows,
+    RealTokens,
+    packed_logprobs,
+    row_ends,
 )
 
 log = logging.getLogger(__name__)
@@ -217,49 +217,6 @@ def common_prefixes(input_ids: torch.Tensor, valid: torch.Tensor, ends: list[int
     return [min(n, max(a, b)) for n, a, b in zip(counts, ends[:-1], ends[1:], strict=True)]
 
 
-def row_ends(valid: torch.Tensor) -> list[int]:
-    """[B]: one past each row's last real token (0 for a row without one)."""
-    columns = torch.arange(1, valid.shape[1] + 1, device=valid.device)
-    return (valid.long() * columns).max(dim=1).values.tolist()
-
-
-@dataclass(frozen=True)
-class Group:
-    """Consecutive rows `first .. first + size - 1` sharing their first `prefix` columns."""
-
-    first: int
-    size: int
-    prefix: int
-
-    @property
-    def rows(self) -> range:
-        return range(self.first, self.first + self.size)
-
-
-class RealTokens:
-    """How many real tokens each row holds in a span of columns (cumulative counts, on the
-    host: the planner asks for many spans)."""
-
-    def __init__(self, valid: torch.Tensor) -> None:
-        counts = torch.nn.functional.pad(valid.long().cumsum(dim=1), (1, 0))
-        self._counts: list[list[int]] = counts.tolist()
-
-    def between(self, row: int, start: int, end: int) -> int:
-        """Real tokens of `row` in columns start .. end - 1."""
-        return self._counts[row][max(end, start)] - self._counts[row][start]
-
-    def of_group(self, group: Group, ends: list[int]) -> tuple[int, list[int]]:
-        """Real tokens of the group's prefix, and of each member's suffix after it."""
-        prefix = self.between(group.first, 0, group.prefix)
-        suffixes = [self.between(r, group.prefix, ends[r]) for r in group.rows]
-        return prefix, suffixes
-
-    def packed_length(self, group: Group, ends: list[int]) -> int:
-        """Columns of the group's packed row: its real tokens."""
-        prefix, suffixes = self.of_group(group, ends)
-        return prefix + sum(suffixes)
-
-
 def plan_groups(
     input_ids: torch.Tensor, valid: torch.Tensor, cost: FlopCost
 ) -> tuple[list[Group], list[int]]:
@@ -288,100 +245,6 @@ def plan_groups(
     return groups, ends
 
 
-@dataclass(frozen=True)
-class SharedPrefixLayout:
-    """The packed rows and where each original row's predictions come from in them.
-
-    input_ids, positions: [R, T], real tokens only (each at the position it has in its own
-    row), trailing columns padding; params: megatron-core's `SharedPrefixParams`, the segments
-    (each group's prefix a root, each member's suffix continuing it), the whole attention mask.
-    For original row b and column t < S-1 (the prediction of input_ids[b, t+1]): row[b] is its
-    packed row, source[b, t] the packed column whose logits predict it, scored[b, t] whether
-    both that target and the token predicting it are real (else source is 0 and the logprob is
-    reported as 0: a prediction from a padding position attends nothing and means nothing).
-    """
-
-    input_ids: torch.Tensor
-    positions: torch.Tensor
-    params: Any
-    row: torch.Tensor
-    source: torch.Tensor
-    scored: torch.Tensor
-
-    @classmethod
-    def build(
-        cls,
-        input_ids: torch.Tensor,
-        valid: torch.Tensor,
-        groups: list[Group],
-        ends: list[int],
-        multiple: int = 1,
-    ) -> SharedPrefixLayout:
-        """Pack `groups` of the [B, S] rows; each packed row padded to a multiple of `multiple`
-        columns (the TP size under sequence parallelism)."""
-        from megatron.core.transformer.shared_prefix_attention import (
-            PrefixSegment,
-            SharedPrefixParams,
-        )
-
-        device = input_ids.device
-        batch, seq = input_ids.shape
-        valid = valid.bool()
-        positions = token_positions(valid)
-        real = RealTokens(valid)
-        width = max(1, max(real.packed_length(g, ends) for g in groups))
-        width = -(-width // multiple) * multiple
-        packed_ids = torch.zeros(len(groups), width, dtype=input_ids.dtype, device=device)
-        packed_pos = torch.zeros(len(groups), width, dtype=positions.dtype, device=device)
-        row_of = torch.zeros(batch, dtype=torch.long, device=device)
-        # Column t's index among its row's real tokens; t < prefix: in the shared prefix.
-        real_index = valid.long().cumsum(dim=1) - 1
-        shift = torch.zeros(batch, seq, dtype=torch.long, device=device)
-        column = torch.arange(seq, device=device)
-        segments: list[PrefixSegment] = []
-        for index, group in enumerate(groups):
-            p = group.prefix
-            keep = valid[group.first, :p]
-            prefix_len = int(keep.sum())
-            packed_ids[index, :prefix_len] = input_ids[group.first, :p][keep]
-            packed_pos[index, :prefix_len] = positions[group.first, :p][keep]
-            root = -1
-            if prefix_len:
-                segments.append(PrefixSegment(index, 0, prefix_len))
-                root = len(segments) - 1
-            offset = prefix_len
-            for b in group.rows:
-                keep = valid[b, p : ends[b]]
-                length = int(keep.sum())
-                span = slice(offset, offset + length)
-                packed_ids[index, span] = input_ids[b, p : ends[b]][keep]
-                packed_pos[index, span] = positions[b, p : ends[b]][keep]
-                if length:
-                    segments.append(PrefixSegment(index, offset, length, root))
-                row_of[b] = index
-                shift[b] = torch.where(column < p, 0, offset - prefix_len)
-                offset += length
-        source = (real_index + shift)[:, :-1]
-        scored = valid[:, :-1] & valid[:, 1:]
-        source = torch.where(scored, source, torch.zeros_like(source))
-        if not segments:  # no real token at all: nothing is scored, one segment keeps it valid
-            segments.append(PrefixSegment(0, 0, width))
-        params = SharedPrefixParams(segments=tuple(segments))
-        return cls(packed_ids, packed_pos, params, row_of, source, scored)
-
-    def token_logprobs(
-        self, logits: torch.Tensor, targets: torch.Tensor, vocab_size: int, temperature: float
-    ) -> torch.Tensor:
-        """[B, S-1] log p(targets[b, t]) at `temperature` over the first `vocab_size` ids, from
-        the packed [R, T, V] logits; 0 where not `scored`."""
-        rows = self.row[:, None] * logits.shape[1] + self.source  # flat [R * T] indices
-        flat = logits.reshape(-1, logits.shape[-1])
-        logprobs = TargetLogprob.apply(
-            flat, targets.flatten(), vocab_size, temperature, rows.flatten()
-        ).view_as(targets)
-        return torch.where(self.scored, logprobs, torch.zeros_like(logprobs))
-
-
 def shared_prefix_logprobs(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
@@ -392,26 +255,8 @@ def shared_prefix_logprobs(
     scored: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """[B, S-1] next-token logprobs of the [B, S] rows, forwarded as shared-prefix rows, and the
-    logits the forward produced (the schedule's output tensor). `scored` ([B, S-1] bool): only
-    these predictions are wanted, the LM head projects only the packed columns they come from
-    (`scored_logits`), the rest read 0. The caller checked `unsupported_reason`."""
-    check_targets(input_ids[:, 1:], vocab_size, "shared_prefix_logprobs")
-    valid = valid.bool()
-    groups, ends = plan_groups(input_ids, valid, FlopCost.of(model))
-    layout = SharedPrefixLayout.build(input_ids, valid, groups, ends, multiple)
-    if scored is None:
-        logits = model_logits(
-            model, layout.input_ids, layout.positions, None, packed_seq_params=layout.params
-        )
-        return layout.token_logprobs(logits, input_ids[:, 1:], vocab_size, temperature), logits
-    from mcore_grpo.worker.scored_logits import picked_logits
-
-    rows, columns = (scored.bool() & layout.scored).nonzero(as_tuple=True)
-    flat = layout.source[rows, columns] * layout.input_ids.shape[0] + layout.row[rows]
-    # A packed column can predict for several rows (the prompt's last token, for each sample).
-    picked, which = torch.unique(flat, return_inverse=True)
-    logits = picked_logits(model, layout.input_ids, layout.positions, None, picked, layout.params)
-    targets = input_ids[rows, columns + 1]
-    logprobs = TargetLogprob.apply(logits, targets, vocab_size, temperature, which)
-    out = torch.zeros(scored.shape, dtype=logprobs.dtype, device=logprobs.device)
-    return out.index_put((rows, columns), logprobs), logits
+    logits the forward produced (`packed_rows.packed_logprobs`: `scored`, `multiple`). The
+    caller checked `unsupported_reason`."""
+    groups, ends = plan_groups(input_ids, valid.bool(), FlopCost.of(model))
+    packed = PackedRows.build(input_ids, valid, groups, ends, multiple)
+    return packed_logprobs(model, packed, input_ids, vocab_size, temperature, scored)

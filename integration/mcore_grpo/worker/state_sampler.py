@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from mcore_grpo.worker.forward import attention_inputs, leading_pads, model_logits, roll_rows
+from mcore_grpo.worker.forward import leading_pads, model_logits, roll_rows
 from mcore_grpo.worker.sampling import (
     GenerationOutput,
     Rollout,
@@ -30,6 +30,18 @@ from mcore_grpo.worker.sampling import (
     SamplingParams,
     sample_next,
 )
+
+
+def _prompt_lengths(prompt_mask: torch.Tensor) -> torch.Tensor:
+    """[B] real tokens per prompt; raises ValueError for a prompt without one."""
+    lengths = prompt_mask.bool().sum(dim=1)
+    if not bool(lengths.all()):
+        empty = int((lengths == 0).nonzero()[0])
+        raise ValueError(
+            f"prompt row {empty} has no real token (prompt_mask is all 0): a recurrent state "
+            "cannot start from nothing; drop the row or give it a token."
+        )
+    return lengths
 
 
 @torch.no_grad()
@@ -47,14 +59,8 @@ def generate_through_state(
     from megatron.core.inference.utils import InferenceMode
 
     batch, plen = prompt_ids.shape
-    lengths = prompt_mask.bool().sum(dim=1)
+    lengths = _prompt_lengths(prompt_mask)
     shortest = int(lengths.min())
-    if shortest == 0:
-        empty = int((lengths == 0).nonzero()[0])
-        raise ValueError(
-            f"prompt row {empty} has no real token (prompt_mask is all 0): a recurrent state "
-            "cannot start from nothing; drop the row or give it a token."
-        )
     aligned = roll_rows(prompt_ids, leading_pads(prompt_mask))
     device = prompt_ids.device
     new_tokens = torch.full(
@@ -67,8 +73,9 @@ def generate_through_state(
     rows = torch.arange(batch, device=device)
     context = StaticInferenceContext(batch, plen + params.max_new_tokens)
     with InferenceMode.active():
-        positions, mask = attention_inputs(torch.ones_like(aligned[:, :shortest]))
-        logits = model_logits(model, aligned[:, :shortest], positions, mask, context)
+        # Every prefilled column is real: causal attention needs no mask.
+        positions = torch.arange(shortest, device=device).expand(batch, -1)
+        logits = model_logits(model, aligned[:, :shortest], positions, None, context)
         context.increment_sequence_len_offset(shortest)
         context.enable_decode_mode()
         fed = shortest

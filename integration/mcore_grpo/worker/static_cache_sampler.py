@@ -7,8 +7,12 @@ Each layer's attention writes its keys and values into the context's preallocate
 forward plus attention over the cache, instead of the whole prefix (the recompute sampler).
 
 Left-padded prompts stay exact under the cache because the mask and positions are explicit at
-every step, as in the recompute forward (`forward.attention_inputs`):
-- prefill: the causal + key-padding mask over the prompt, positions counting real tokens;
+every step:
+- prefill: the causal + key-padding mask over the prompt ([B, 1, P, P], `prompt_mask_of`),
+  positions counting real tokens. The prompts stay where they are (left-padded, ending at
+  column P - 1): rotations by cache index (rope without `rope_from_position_ids`, MLA, yarn)
+  then see the same distances between a prompt and its generated tokens as between its own
+  tokens; left-aligned prompts would leave a gap of pad columns before the first generated one;
 - decode: a [B, 1, 1, S] key-padding mask over all cached columns (pad columns and the
   columns of rows that already stopped stay masked), the new token's position = the row's
   real tokens before it. Both are kept up to date by the `Rollout` one column per step, so
@@ -25,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from mcore_grpo.worker.forward import attention_inputs, model_logits
+from mcore_grpo.worker.forward import model_logits, token_positions
 from mcore_grpo.worker.sampling import (
     GenerationOutput,
     Rollout,
@@ -87,7 +91,8 @@ def generate_static_cache(
     # context is configured with materialize_only_last_token_logits), sparing a [P, B, V]
     # output projection at prefill.
     with InferenceMode.active():
-        positions, mask = attention_inputs(rollout.mask[rows, :plen])
+        valid = rollout.mask[rows, :plen].bool()
+        positions, mask = token_positions(valid), prompt_mask_of(valid)
         logits = model_logits(model, rollout.ids[rows, :plen], positions, mask, context)
         if shared is not None:
             expand_cache(context, shared, plen)
@@ -104,3 +109,11 @@ def generate_static_cache(
             )
             context.increment_sequence_len_offset(1)
     return rollout.output()
+
+
+def prompt_mask_of(valid: torch.Tensor) -> torch.Tensor:
+    """[B, 1, P, P] bool, True = masked: causal plus key padding over left-padded prompts
+    (megatron-core's local attention uses a given mask as-is, so both parts are needed)."""
+    seq = valid.shape[1]
+    causal = torch.ones(seq, seq, dtype=torch.bool, device=valid.device).triu(1)
+    return causal[None, None, :, :] | ~valid[:, None, None, :]

@@ -23,13 +23,14 @@ from mcore_grpo.worker.config import (
     WorkerConfig,
 )
 from mcore_grpo.worker.cpu import cpu_device
-from mcore_grpo.worker.forward import next_token_logprobs, policy_logits
+from mcore_grpo.worker.forward import next_token_logprobs
 from mcore_grpo.worker.model import build_gpt
 from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 from mcore_grpo.worker.reference import _load_in_place
 from mcore_grpo.worker.sampling import GenerationOutput
 
 from tests.support import warm_spawn
+from tests.support.dense_reference import reference_logits
 from tests.support.device import MULTI_RANK_CPU, TEST_DEVICE
 
 VOCAB = 64
@@ -146,7 +147,7 @@ def reference_step(
         )
         for _ in range(steps):
             opt.zero_grad()
-            logits = policy_logits(ref, batch["input_ids"], batch["attention_mask"])
+            logits = reference_logits(ref, batch["input_ids"], batch["attention_mask"])
             logprobs = next_token_logprobs(logits, batch["input_ids"], cfg.model.vocab_size)
             count = independent_count(batch, cfg.loss.level)
             loss = (
@@ -169,7 +170,7 @@ def reference_loss(
     with cpu_device(cfg.device), torch.no_grad():
         _, ref = build_gpt(cfg)
         _load_in_place(ref, initial)
-        logits = policy_logits(ref, batch["input_ids"], batch["attention_mask"])
+        logits = reference_logits(ref, batch["input_ids"], batch["attention_mask"])
         logprobs = next_token_logprobs(logits, batch["input_ids"], cfg.model.vocab_size)
         total = grpo_loss.loss_sum(logprobs, batch, grpo_loss.policy_gradient_only(cfg.loss))
     return float(total) / independent_count(batch, cfg.loss.level)

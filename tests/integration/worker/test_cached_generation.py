@@ -2,8 +2,9 @@
 (full forward per token, the reference) and against fresh forwards of what it generated.
 
 Expectations never come from the code under test: token equality is against the recompute
-path (a different forward: whole prefix, no cache), logprobs against `policy_logits` over the
-generated sequence, left padding against each prompt decoded alone without padding.
+path (a different forward: whole prefix, no cache), logprobs against `reference_logits` (the
+dense-mask oracle) over the generated sequence, left padding against each prompt decoded alone
+without padding.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import pytest
 import torch
 from mcore_grpo.worker.config import ModelConfig
 from mcore_grpo.worker.cpu import cpu_device
-from mcore_grpo.worker.forward import policy_logits
 from mcore_grpo.worker.generation import (
     GenerationOutput,
     SamplingParams,
@@ -25,6 +25,7 @@ from mcore_grpo.worker.generation import (
 from tests.integration.worker.harness import GREEDY, VOCAB, make_worker, prompts, tiny_config
 from tests.integration.worker.harness import REAL_VOCAB as REAL
 from tests.integration.worker.harness import assert_same_generation as _assert_same
+from tests.support.dense_reference import reference_logits
 from tests.support.device import TEST_DEVICE
 
 
@@ -59,7 +60,7 @@ def _fresh_logprobs(
     """[B, S-1] logprob of output_ids[:, 1:] from one full forward, real vocab, tempered."""
     ids = out.output_ids
     with cpu_device(TEST_DEVICE), torch.no_grad():
-        logits = policy_logits(model, ids, out.attention_mask)[..., :REAL] / temperature
+        logits = reference_logits(model, ids, out.attention_mask)[..., :REAL] / temperature
     return torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
 
 

@@ -10,7 +10,6 @@ import pytest
 import torch
 from mcore_grpo.worker.config import ModelConfig
 from mcore_grpo.worker.cpu import cpu_device
-from mcore_grpo.worker.forward import policy_logits
 from mcore_grpo.worker.generation import SamplingParams
 from mcore_grpo.worker.model import sync_params
 from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
@@ -23,6 +22,7 @@ from tests.integration.worker.harness import (
     seeded,
     tiny_config,
 )
+from tests.support.dense_reference import reference_logits
 from tests.support.device import TEST_DEVICE
 
 REAL = VOCAB - 8
@@ -33,7 +33,7 @@ def real_vocab_logprobs(
 ) -> torch.Tensor:
     """[B, S-1] logprobs of ids[:, 1:] under the policy restricted to the tokenizer vocab."""
     with cpu_device(TEST_DEVICE), torch.no_grad():
-        logits = policy_logits(worker.policy.ddp, ids, mask)[..., :REAL]
+        logits = reference_logits(worker.policy.ddp, ids, mask)[..., :REAL]
     return torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
 
 

@@ -69,7 +69,7 @@ def _hf_model(
 
 
 def _logits(gpt: torch.nn.Module, device: str = "cpu") -> torch.Tensor:
-    from mcore_grpo.worker.forward import policy_logits
+    from mcore_grpo.worker.packed_rows import policy_logits
 
     tokens = _tokens(device)
     return policy_logits(gpt, tokens, torch.ones_like(tokens, dtype=torch.bool)).cpu()

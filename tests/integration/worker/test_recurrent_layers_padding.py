@@ -3,8 +3,8 @@ delta net (Qwen3.5), through Bridge on the patched megatron-core.
 
 megatron-core's Mamba and gated delta net layers take no padding mask, so a left pad entered
 their state and changed every later output of its row (0.04 and 0.10 in the tiny rows'
-logits). The worker left-aligns such rows (`forward.policy_logits`), and the rows decode
-through their state with the prompts fed unpadded (`state_sampler`). The oracle is
+logits). The worker forwards rows packed, real tokens left-aligned (`packed_rows`), and the
+rows decode through their state with the prompts fed unpadded (`state_sampler`). The oracle is
 `transformers`: its logits of each prompt alone, unpadded, and its greedy `generate` of each
 prompt alone; the worker sees the prompts of different lengths as one left-padded batch, and
 generates with the default backend and with recompute. A sampled run's logprobs must equal
@@ -43,7 +43,8 @@ os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
 dist.init_process_group("gloo", rank=0, world_size=1)
 from mcore_grpo.models import checks
 from dataclasses import replace
-from mcore_grpo.worker.forward import next_token_logprobs, policy_logits
+from mcore_grpo.worker.forward import next_token_logprobs
+from mcore_grpo.worker.packed_rows import policy_logits
 from mcore_grpo.worker.generation import generate, resolve_backend
 from mcore_grpo.worker.sampling import SamplingParams
 vocab = int(sys.argv[3])

@@ -1,5 +1,6 @@
 """Shared-prefix rows (`mcore_grpo.worker.shared_prefix`) against the unshared forward (the
-oracle: `policy_logits` + `next_token_logprobs`, the path every run took before): logprobs,
+oracle: the rows as laid out over a dense causal + key-padding mask, `tests/support/
+dense_reference.py`): logprobs,
 gradients of every parameter, no leak between completions, and how groups are found.
 
 The batch is two GRPO groups of three rows whose prompts have different lengths (left padding)
@@ -17,13 +18,11 @@ from typing import Any
 import pytest
 import torch
 from mcore_grpo.worker.config import ModelConfig, MoEConfig, ParallelConfig, WorkerConfig
-from mcore_grpo.worker.forward import next_token_logprobs, policy_logits
+from mcore_grpo.worker.forward import next_token_logprobs
 from mcore_grpo.worker.model import build_gpt
+from mcore_grpo.worker.packed_rows import Group, PackedRows, RealTokens
 from mcore_grpo.worker.shared_prefix import (
     FlopCost,
-    Group,
-    RealTokens,
-    SharedPrefixLayout,
     config_reason,
     enable,
     plan_groups,
@@ -33,6 +32,7 @@ from mcore_grpo.worker.shared_prefix import (
 )
 
 from tests.integration.worker.harness import spawn2
+from tests.support.dense_reference import reference_logits
 from tests.support.device import MULTI_RANK_CPU
 from tests.support.ports import free_port
 
@@ -94,7 +94,7 @@ def _batch(device: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _unshared(model: torch.nn.Module, ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    return next_token_logprobs(policy_logits(model, ids, valid), ids, VOCAB)
+    return next_token_logprobs(reference_logits(model, ids, valid), ids, VOCAB)
 
 
 def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -201,7 +201,7 @@ def test_a_row_that_would_shrink_the_prefix_starts_its_own_group() -> None:
 def test_layout_maps_each_prediction_to_its_packed_column() -> None:
     ids = torch.tensor([[0, 5, 6, 7, 8], [0, 5, 6, 9, 0]])
     valid = torch.tensor([[0, 1, 1, 1, 1], [0, 1, 1, 1, 0]], dtype=torch.bool)
-    layout = SharedPrefixLayout.build(ids, valid, [Group(0, 2, 3)], [5, 4])
+    layout = PackedRows.build(ids, valid, [Group(0, 2, 3)], [5, 4])
     # [5 6 | 7 8 | 9]: real tokens only, each at its own row's position
     assert layout.input_ids.tolist() == [[5, 6, 7, 8, 9]]
     assert layout.positions.tolist() == [[0, 1, 2, 3, 2]]

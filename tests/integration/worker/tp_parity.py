@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from mcore_grpo.worker.config import ModelConfig, ParallelConfig, WorkerConfig
 from mcore_grpo.worker.cpu import cpu_device, model_parallel_seed
-from mcore_grpo.worker.forward import next_token_logprobs, policy_logits
+from mcore_grpo.worker.forward import next_token_logprobs
 from mcore_grpo.worker.model import build_gpt, sync_params
 from mcore_grpo.worker.parallel import init_model_parallel
 from mcore_grpo.worker.reference import _load_in_place
@@ -29,6 +29,7 @@ from tests.integration.worker.harness import (
     spawn2,
     tiny_config,
 )
+from tests.support.dense_reference import reference_logits
 from tests.support.device import TEST_DEVICE
 from tests.support.ports import free_port
 
@@ -116,7 +117,7 @@ def compare_with_tp1() -> dict[str, float]:
         model_parallel_seed(tp1.seed, TEST_DEVICE)
         _, ref = build_gpt(tp1)
         _load_in_place(ref, out[0]["initial"])
-        logits = policy_logits(ref, batch["input_ids"], batch["attention_mask"])
+        logits = reference_logits(ref, batch["input_ids"], batch["attention_mask"])
         ref_lp = next_token_logprobs(logits, batch["input_ids"], REAL)
     valid = batch["attention_mask"].bool()
     # The trained predictions of real tokens: `get_logprobs` of a batch with a token_mask

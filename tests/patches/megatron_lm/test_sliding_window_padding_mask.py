@@ -2,12 +2,14 @@
 
 Without Transformer Engine megatron-core's attention softmax (`FusedScaleMaskSoftmax.
 forward_torch_softmax`) builds the sliding-window mask and *replaces* the mask it was given with
-it. The worker passes causal + key-padding masks for left-padded rows (prompts in a batch), so in
-every sliding-window layer (Gemma 2/3, EXAONE 4, ...) a padded row attended its padding tokens:
-its logits differed from the same row without padding. With the patch the given mask still
-applies inside the window. Checked through the worker's forward on the model matrix's tiny
-Gemma 3 (window 8, one sliding and one full layer): the row left-padded by two tokens must give
-the unpadded row's logits.
+it. A caller that masks padding (the worker's KV-cache decode passes a key-padding mask at every
+step; any caller forwarding left-padded rows with a causal + key-padding mask) then had every
+sliding-window layer (Gemma 2/3, EXAONE 4, ...) attend its padding tokens: a padded row's logits
+differed from the same row without padding. With the patch the given mask still applies inside
+the window. Checked on the model matrix's tiny Gemma 3 (window 8, one sliding and one full
+layer) over the dense mask (`tests/support/dense_reference.py`; the worker's own logprob and
+training passes drop padding instead): the row left-padded by two tokens must give the
+unpadded row's logits.
 """
 
 from __future__ import annotations
@@ -25,15 +27,15 @@ import torch, torch.distributed as dist
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
 dist.init_process_group("gloo", rank=0, world_size=1)
 from mcore_grpo.models import checks, families
-from mcore_grpo.worker.forward import policy_logits
+from tests.support.dense_reference import masked_logits
 vocab = families.TINY_SIZES["vocab_size"]
 ids = checks.tokens(vocab)[:1]
 padded = torch.cat([torch.zeros(1, 2, dtype=ids.dtype), ids], dim=1)
 valid = torch.ones_like(padded, dtype=torch.bool)
 valid[:, :2] = False
 with checks.imported_model(Path(sys.argv[2]), 1, 1, vocab) as (_, gpt):
-    plain = policy_logits(gpt, ids, torch.ones_like(ids, dtype=torch.bool))
-    left = policy_logits(gpt, padded, valid)[:, 2:]
+    plain = masked_logits(gpt, ids, torch.ones_like(ids, dtype=torch.bool))
+    left = masked_logits(gpt, padded, valid)[:, 2:]
 print("DIFF", float((plain - left).abs().max()))
 """
 

@@ -9,9 +9,10 @@ from mcore_grpo.grpo.algorithm import loss as grpo_loss
 from mcore_grpo.worker.batch import loss_mask
 from mcore_grpo.worker.config import LossConfig
 from mcore_grpo.worker.cpu import cpu_device
-from mcore_grpo.worker.forward import next_token_logprobs, policy_logits
+from mcore_grpo.worker.forward import next_token_logprobs
 
 from tests.integration.worker.harness import SEQ, global_batch, make_worker, tiny_config
+from tests.support.dense_reference import reference_logits
 from tests.support.device import TEST_DEVICE
 
 
@@ -26,7 +27,7 @@ def test_batch_from_get_logprobs_is_on_policy(world1: None) -> None:
     assert batch["prev_logprobs"].shape == (4, SEQ)
     batch = {k: v.to(worker.config.torch_device) for k, v in batch.items()}
     with cpu_device(TEST_DEVICE), torch.no_grad():
-        logits = policy_logits(worker.policy.ddp, batch["input_ids"], batch["attention_mask"])
+        logits = reference_logits(worker.policy.ddp, batch["input_ids"], batch["attention_mask"])
         logprobs = next_token_logprobs(logits, batch["input_ids"], worker.config.model.vocab_size)
     per_token = grpo_loss.per_token_loss(
         logprobs, batch, grpo_loss.policy_gradient_only(worker.config.loss)
