@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mcore_grpo.grpo.cluster import placement
 from mcore_grpo.grpo.cluster.placement import PlacementError
@@ -36,6 +37,7 @@ from mcore_grpo.grpo.ranks.messages import TaskTokens
 from mcore_grpo.grpo.ranks.runner import WorkerFailed, make_runner
 from mcore_grpo.grpo.ranks.worker_settings import sampling_params
 from mcore_grpo.grpo.tasks.math_task import make_task
+from mcore_grpo.grpo.tasks.task import Task
 from mcore_grpo.run_output import (
     HeldBack,
     closing_line,
@@ -43,6 +45,9 @@ from mcore_grpo.run_output import (
     hold_back_into,
     upstream_output,
 )
+
+if TYPE_CHECKING:
+    from mcore_grpo.grpo.driver.loop import RunResult
 
 log = logging.getLogger("mcore_grpo")
 
@@ -134,6 +139,14 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__,
     )
+    _add_setup_options(parser)
+    _add_mode_options(parser)
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+    return parser
+
+
+def _add_setup_options(parser: argparse.ArgumentParser) -> None:
+    """What the run is: its config, its workers, where it writes and resumes from."""
     parser.add_argument(
         "--preset",
         default=DEFAULT_PRESET,
@@ -156,6 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--resume", action="store_true", help="continue from the latest checkpoint in --output-dir"
     )
+
+
+def _add_mode_options(parser: argparse.ArgumentParser) -> None:
+    """How it runs and what it shows: the process, the driver, the export, a dry run."""
     parser.add_argument(
         "--in-process",
         action="store_true",
@@ -190,8 +207,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="print every upstream log record and warning (default: held back in "
         "<output dir>/upstream-logs/, counted in one closing line)",
     )
-    parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
-    return parser
 
 
 def check_device(config: RunConfig, preset: str) -> None:
@@ -238,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(args: argparse.Namespace, held: HeldBack | None) -> int:
+    """The run after the command line is read: config, then the driver; the exit status."""
     try:
         config = load_config(args.preset, args.config, args.overrides)
         if args.workers is not None and args.workers < 1:
@@ -250,39 +266,53 @@ def _main(args: argparse.Namespace, held: HeldBack | None) -> int:
     except ConfigError as err:
         print(f"mcore-grpo: config error: {err}", file=sys.stderr)
         return 2
+    _note_unused_settings(config)
+    output_dir = args.output_dir or Path("runs") / args.preset
+    hold_back_into(held, output_dir)
+    try:
+        config, task = _model_and_task(args, config, output_dir)
+    except ConfigError as err:
+        print(f"mcore-grpo: config error: {err}", file=sys.stderr)
+        return 2
+    if args.driver == "nemo-rl":
+        return run_nemo_rl_driver(args, config, output_dir)
+    return run_mcore_driver(args, config, task, output_dir)
+
+
+def _note_unused_settings(config: RunConfig) -> None:
+    """A note per setting that is read but has no effect yet (`unused_settings`)."""
     for setting in unused_settings(config):
         log.warning(
             "mcore-grpo: note: %s is read but not used: sampling does not go through "
             "megatron-core's dynamic inference engine yet (docs/grpo.md)",
             setting,
         )
-    output_dir = args.output_dir or Path("runs") / args.preset
-    hold_back_into(held, output_dir)
-    try:
-        if args.export_hf is not None and not is_hf_model(config.policy.model_name):
-            raise ConfigError(
-                f"--export-hf needs a Hugging Face model (policy.model_name: a checkpoint, a Hub "
-                f"id or tiny-hf-qwen2); {config.policy.model_name} has no Hugging Face format"
-            )
-        config = resolve_model(config, output_dir)
-    except ConfigError as err:
-        print(f"mcore-grpo: config error: {err}", file=sys.stderr)
-        return 2
-    try:
-        task = make_task(config)
-    except ConfigError as err:
-        print(f"mcore-grpo: config error: {err}", file=sys.stderr)
-        return 2
-    tokens = TaskTokens.of(task)
 
-    if args.driver == "nemo-rl":
-        return run_nemo_rl_driver(args, config, output_dir)
 
+def _model_and_task(
+    args: argparse.Namespace, config: RunConfig, output_dir: Path
+) -> tuple[RunConfig, Task]:
+    """The config with its model resolved (`resolve_model`) and the task built from it;
+    `ConfigError` where they do not fit, also for --export-hf of a model without HF format."""
+    if args.export_hf is not None and not is_hf_model(config.policy.model_name):
+        raise ConfigError(
+            f"--export-hf needs a Hugging Face model (policy.model_name: a checkpoint, a Hub "
+            f"id or tiny-hf-qwen2); {config.policy.model_name} has no Hugging Face format"
+        )
+    config = resolve_model(config, output_dir)
+    return config, make_task(config)
+
+
+def run_mcore_driver(
+    args: argparse.Namespace, config: RunConfig, task: Task, output_dir: Path
+) -> int:
+    """``--driver mcore`` (default): this package's `GRPOLoop` over the runner's workers."""
     from mcore_grpo.grpo.driver.loop import GRPOLoop
 
     log.info("mcore-grpo: driver mcore (mcore_grpo.grpo.driver.loop.GRPOLoop)")
     start = time.perf_counter()
     _log_run(args, config, output_dir)
+    tokens = TaskTokens.of(task)
     # The worker logs the backend that actually runs (it falls back to recompute where the
     # KV cache cannot run, e.g. sequence parallelism); this is the one the config asks for.
     log.info("mcore-grpo: generation backend %s", sampling_params(config, tokens).backend)
@@ -319,6 +349,12 @@ def _main(args: argparse.Namespace, held: HeldBack | None) -> int:
     finally:
         if runner is not None:
             runner.shutdown()
+    _log_done(result, config, start)
+    return 0
+
+
+def _log_done(result: RunResult, config: RunConfig, start: float) -> None:
+    """The mcore driver's closing lines: time, reward, held-out accuracy, where it all went."""
     summary = summarize(result.records)
     log.info(
         "done in %.1f s: reward %.3f (first 5 steps) -> %.3f (last 5), mean step %.2f s",
@@ -345,7 +381,6 @@ def _main(args: argparse.Namespace, held: HeldBack | None) -> int:
     )
     if result.hf_path is not None:
         log.info("Hugging Face checkpoint: %s", result.hf_path)
-    return 0
 
 
 def run_dry(args: argparse.Namespace, config: RunConfig) -> int:

@@ -33,10 +33,19 @@ def _value(value: Any) -> str:
 
 def cpu_overrides(config: RunConfig, workers: int, output_dir: Path) -> list[str]:
     """Hydra overrides of NeMo-RL's example config for this run (printed by the CLI)."""
-    g, loss, p = config.grpo, config.loss_fn, config.policy
-    mc = p.megatron_cfg
-    schedule = lr_schedule(config)
     settings: dict[str, Any] = {
+        **_grpo_settings(config),
+        **_loss_settings(config),
+        **_policy_settings(config),
+        **_run_settings(config, workers, output_dir),
+    }
+    return [f"{key}={_value(value)}" for key, value in settings.items()]
+
+
+def _grpo_settings(config: RunConfig) -> dict[str, Any]:
+    """``grpo.*``: the batch, the advantage and the reward shaping, as our run has them."""
+    g = config.grpo
+    return {
         "grpo.num_prompts_per_step": g.num_prompts_per_step,
         "grpo.num_generations_per_prompt": g.num_generations_per_prompt,
         "grpo.max_num_steps": g.max_num_steps,
@@ -56,6 +65,13 @@ def cpu_overrides(config: RunConfig, workers: int, output_dir: Path) -> list[str
         "grpo.val_period": 0,
         "grpo.val_at_start": False,
         "grpo.val_at_end": False,
+    }
+
+
+def _loss_settings(config: RunConfig) -> dict[str, Any]:
+    """``loss_fn.*``: the same clipped PG loss and KL penalty as our `loss_fn` section."""
+    loss = config.loss_fn
+    return {
         "loss_fn.reference_policy_kl_penalty": loss.reference_policy_kl_penalty,
         "loss_fn.reference_policy_kl_type": loss.reference_policy_kl_type,
         "loss_fn.kl_input_clamp_value": loss.kl_input_clamp_value,
@@ -64,6 +80,16 @@ def cpu_overrides(config: RunConfig, workers: int, output_dir: Path) -> list[str
         "loss_fn.ratio_clip_max": loss.ratio_clip_max,
         "loss_fn.ratio_clip_c": loss.ratio_clip_c,
         "loss_fn.token_level_loss": loss.token_level_loss,
+    }
+
+
+def _policy_settings(config: RunConfig) -> dict[str, Any]:
+    """``policy.*``: the model, batches, sampling, parallelism and optimizer of our run, with
+    what needs a GPU (sequence packing, dynamic batching, RoPE fusion) switched off."""
+    p = config.policy
+    mc = p.megatron_cfg
+    schedule = lr_schedule(config)
+    return {
         "policy.model_name": p.model_name,
         "policy.precision": p.precision,
         "policy.train_global_batch_size": p.train_global_batch_size,
@@ -94,6 +120,14 @@ def cpu_overrides(config: RunConfig, workers: int, output_dir: Path) -> list[str
         "policy.megatron_cfg.scheduler.end_weight_decay": schedule.end_wd,
         "policy.megatron_cfg.scheduler.weight_decay_incr_style": schedule.wd_incr_style,
         "policy.megatron_cfg.optimizer.use_distributed_optimizer": mc.optimizer.use_distributed_optimizer,
+    }
+
+
+def _run_settings(config: RunConfig, workers: int, output_dir: Path) -> dict[str, Any]:
+    """``data.*``, ``cluster.*``, ``logger.*``, ``checkpointing.*``: where the run runs and
+    what it writes, as ours; wandb, mlflow, swanlab and GPU monitoring switched off."""
+    g, ckpt = config.grpo, config.checkpointing
+    settings: dict[str, Any] = {
         "data.shuffle": False,
         "data.num_workers": 0,
         # Workers per node: grpo_train divides throughput by num_nodes x gpus_per_node.
@@ -105,18 +139,18 @@ def cpu_overrides(config: RunConfig, workers: int, output_dir: Path) -> list[str
         "logger.mlflow_enabled": False,
         "logger.swanlab_enabled": False,
         "logger.monitor_gpus": False,
-        "checkpointing.enabled": config.checkpointing.enabled,
+        "checkpointing.enabled": ckpt.enabled,
         "checkpointing.checkpoint_dir": output_dir / "checkpoints",
-        "checkpointing.save_period": config.checkpointing.save_period or g.max_num_steps,
+        "checkpointing.save_period": ckpt.save_period or g.max_num_steps,
         "checkpointing.metric_name": None,
-        "checkpointing.keep_top_k": config.checkpointing.keep_top_k,
-        "checkpointing.save_consolidated": config.checkpointing.save_consolidated,
+        "checkpointing.keep_top_k": ckpt.keep_top_k,
+        "checkpointing.save_consolidated": ckpt.save_consolidated,
     }
-    if config.checkpointing.checkpoint_must_save_by is not None:  # NeMo-RL's own key
+    if ckpt.checkpoint_must_save_by is not None:  # NeMo-RL's own key
         settings["checkpointing.checkpoint_must_save_by"] = (
-            f"'{config.checkpointing.checkpoint_must_save_by}'"  # quoted: Hydra reads ':'
+            f"'{ckpt.checkpoint_must_save_by}'"  # quoted: Hydra reads ':'
         )
-    return [f"{key}={_value(value)}" for key, value in settings.items()]
+    return settings
 
 
 def master_config(config: RunConfig, workers: int, output_dir: Path, tokenizer: Any) -> Any:

@@ -26,7 +26,7 @@ from mcore_grpo.grpo.config.schema import ConfigError, RunConfig, check_data_par
 from mcore_grpo.grpo.ranks.messages import TaskTokens
 from mcore_grpo.grpo.ranks.runner import RayRunner
 from mcore_grpo.grpo.tasks.math_task import MathTask, make_task
-from mcore_grpo.grpo.tasks.task import DigitAddTask
+from mcore_grpo.grpo.tasks.task import DigitAddTask, Task
 from mcore_grpo.nemo_rl_driver.config import master_config
 from mcore_grpo.nemo_rl_driver.data import MATH_ENV, build_dataloader, build_math_dataloader
 from mcore_grpo.nemo_rl_driver.source import require_nemo_rl
@@ -88,21 +88,12 @@ def setup_run(
     from nemo_rl.algorithms.grpo import _get_grpo_save_state
     from nemo_rl.algorithms.loss.loss_functions import ClippedPGLossFn
     from nemo_rl.algorithms.utils import set_seed
-    from nemo_rl.data.utils import load_dataloader_state
     from nemo_rl.utils.checkpoint import CheckpointManager
     from nemo_rl.utils.logger import Logger
-    from nemo_rl.weight_sync.factory import create_weight_synchronizer
-
-    from mcore_grpo.nemo_rl_driver.cluster import VirtualClusterPlacement
-    from mcore_grpo.nemo_rl_driver.environment import start_environment, start_math_environment
-    from mcore_grpo.nemo_rl_driver.generation import NemoRLGeneration
-    from mcore_grpo.nemo_rl_driver.policy import NemoRLPolicy
-    from mcore_grpo.nemo_rl_driver.rank import NemoRLRank
 
     output_dir = output_dir.resolve()  # Ray actors run in their own working directory
     dp = check_data_parallel(config, workers)
     task = make_task(config)
-    math = isinstance(task, MathTask)
     tokenizer = task.tokenizer if isinstance(task, MathTask) else task_tokenizer()
     master = master_config(config, workers, output_dir, tokenizer)
     set_seed(master.grpo.seed)
@@ -111,6 +102,41 @@ def setup_run(
     checkpointer = CheckpointManager(master.checkpointing)
     last = resume_point(checkpointer, output_dir, resume)
     save_state = _get_grpo_save_state(checkpointer.load_training_info(last))
+    dataloader = _dataloader(config, task, tokenizer, master, last)
+    loss_fn = ClippedPGLossFn(master.loss_fn)
+    policy = _start_policy(config, task, workers, dp, tokenizer, master)
+    try:
+        if last is not None:
+            weights, optimizer = checkpointer.get_resume_paths(last)
+            if weights is None:
+                raise ConfigError(f"{last}: NeMo-RL's checkpoint holds no policy weights")
+            policy.load_checkpoint(weights, optimizer)
+        generation = _colocated_generation(policy, master, config.grpo.seed, save_state)
+        task_to_env = _start_environment(config, task)
+    except BaseException:
+        policy.shutdown()
+        raise
+    return NemoRLRun(
+        policy=policy,
+        generation=generation,
+        dataloader=dataloader,
+        tokenizer=tokenizer,
+        loss_fn=loss_fn,
+        task_to_env=task_to_env,
+        logger=logger,
+        checkpointer=checkpointer,
+        save_state=save_state,
+        master_config=master,
+    )
+
+
+def _dataloader(
+    config: RunConfig, task: Task, tokenizer: Any, master: Any, last: Path | None
+) -> Any:
+    """NeMo-RL's dataloader of the task's prompts (its state restored from `last`, where
+    resuming); refuses a prompt plus response that does not fit the sequence length."""
+    from nemo_rl.data.utils import load_dataloader_state
+
     prompt_len = task.max_prompt_tokens
     max_len = config.policy.max_total_sequence_length
     if prompt_len + config.policy.generation.max_new_tokens > max_len:
@@ -132,7 +158,17 @@ def setup_run(
         raise ConfigError(f"task.name={config.task.name}: no NeMo-RL dataloader for it")
     if last is not None:
         load_dataloader_state(dataloader, str(last), master.data)
-    loss_fn = ClippedPGLossFn(master.loss_fn)
+    return dataloader
+
+
+def _start_policy(
+    config: RunConfig, task: Task, workers: int, dp: int, tokenizer: Any, master: Any
+) -> Any:
+    """NeMo-RL's policy over one `NemoRLRank` actor per worker, on this machine's Ray (started
+    here) or the cluster at ``RAY_ADDRESS``."""
+    from mcore_grpo.nemo_rl_driver.cluster import VirtualClusterPlacement
+    from mcore_grpo.nemo_rl_driver.policy import NemoRLPolicy
+    from mcore_grpo.nemo_rl_driver.rank import NemoRLRank
 
     tokens = TaskTokens.of(task)
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # inherited by the actors
@@ -140,44 +176,38 @@ def setup_run(
     if not os.environ.get(ADDRESS_ENV):
         # NeMo-RL's math environment and its verifier are actors of one (logical) CPU each;
         # on a cluster (RAY_ADDRESS) the runner attaches and the cluster must hold them.
-        start_local_ray(workers, extra_cpus=2 if math else 0)
+        start_local_ray(workers, extra_cpus=2 if isinstance(task, MathTask) else 0)
     runner = RayRunner(
         config, tokens, workers, rank_cls=NemoRLRank, placement_factory=VirtualClusterPlacement
     )
-    policy = NemoRLPolicy(runner, dp, tokenizer, master.policy)
-    try:
-        if last is not None:
-            weights, optimizer = checkpointer.get_resume_paths(last)
-            if weights is None:
-                raise ConfigError(f"{last}: NeMo-RL's checkpoint holds no policy weights")
-            policy.load_checkpoint(weights, optimizer)
-        generation = NemoRLGeneration(policy, master.policy["generation"], config.grpo.seed)
-        # Sampling seeds follow the generate calls (one per step): continue the count.
-        generation.calls = save_state.current_step
-        generation.weight_synchronizer = create_weight_synchronizer(
-            policy=policy, generation=generation, generation_backend="megatron", colocated=True
-        )
-        generation.weight_synchronizer.init_communicator()
-        if isinstance(task, MathTask):
-            env_name, env = MATH_ENV, start_math_environment(task.verify_impl)
-        else:
-            env_name = task.name
-            env = start_environment(task.name, config.task.max_addend, config.task.num_terms)
-    except BaseException:
-        policy.shutdown()
-        raise
-    return NemoRLRun(
-        policy=policy,
-        generation=generation,
-        dataloader=dataloader,
-        tokenizer=tokenizer,
-        loss_fn=loss_fn,
-        task_to_env={env_name: env},
-        logger=logger,
-        checkpointer=checkpointer,
-        save_state=save_state,
-        master_config=master,
+    return NemoRLPolicy(runner, dp, tokenizer, master.policy)
+
+
+def _colocated_generation(policy: Any, master: Any, seed: int, save_state: Any) -> Any:
+    """Generation on the policy's own actors, with NeMo-RL's Megatron weight synchronizer
+    (colocated: the same weights, nothing moves)."""
+    from nemo_rl.weight_sync.factory import create_weight_synchronizer
+
+    from mcore_grpo.nemo_rl_driver.generation import NemoRLGeneration
+
+    generation = NemoRLGeneration(policy, master.policy["generation"], seed)
+    # Sampling seeds follow the generate calls (one per step): continue the count.
+    generation.calls = save_state.current_step
+    generation.weight_synchronizer = create_weight_synchronizer(
+        policy=policy, generation=generation, generation_backend="megatron", colocated=True
     )
+    generation.weight_synchronizer.init_communicator()
+    return generation
+
+
+def _start_environment(config: RunConfig, task: Task) -> dict[str, Any]:
+    """The task's environment actor by name: NeMo-RL's `MathEnvironment` for a math task,
+    ours for a built-in one."""
+    from mcore_grpo.nemo_rl_driver.environment import start_environment, start_math_environment
+
+    if isinstance(task, MathTask):
+        return {MATH_ENV: start_math_environment(task.verify_impl)}
+    return {task.name: start_environment(task.name, config.task.max_addend, config.task.num_terms)}
 
 
 def resume_point(checkpointer: Any, output_dir: Path, resume: bool) -> Path | None:

@@ -210,40 +210,73 @@ def clipped_pg_loss(
         loss = actor_loss
         kl = torch.zeros((), dtype=actor_loss.dtype, device=actor_loss.device)
     else:
-        if reference_logprobs is None:
-            raise ValueError(
-                f"clipped_pg_loss: loss_fn.reference_policy_kl_penalty={beta} needs the "
-                "reference policy's logprobs (batch['reference_policy_logprobs'])"
-            )
-        kl_tokens = calculate_kl(
-            logprobs,
-            reference_logprobs,
-            cfg.reference_policy_kl_type,
-            cfg.kl_input_clamp_value,
-            cfg.kl_output_clamp_value,
-            importance_sampling_weights=on_policy_kl_weights(logprobs),
+        kl = _reference_kl(
+            logprobs, reference_logprobs, mask, cfg, global_valid_toks, global_valid_seqs
         )
-        kl = _reduce(kl_tokens, mask, token_level, global_valid_toks, global_valid_seqs)
         loss = actor_loss + beta * kl
 
     with torch.no_grad():
-        ratios = torch.exp(logprobs - prev_logprobs)
-        clamped = ratios.clamp(1.0 - cfg.ratio_clip_min, 1.0 + cfg.ratio_clip_max)
         toks = global_valid_toks
         metrics = {
             "loss": loss.detach(),
             "actor_loss": actor_loss.detach(),
             "kl_penalty": kl.detach(),
-            "probs_ratio": masked_mean(ratios, mask, global_normalization_factor=toks),
-            "probs_ratio_clamped": masked_mean(clamped, mask, global_normalization_factor=toks),
-            "num_valid_samples": (mask.sum(dim=-1) > 0).sum().to(loss.dtype),
-            "clip_fraction": masked_mean(was_clipped, mask, global_normalization_factor=toks),
+            **_ratio_metrics(logprobs, prev_logprobs, was_clipped, mask, cfg, toks, loss.dtype),
         }
         if generation_logprobs is not None:
             metrics |= sampler_diagnostics(
                 logprobs, prev_logprobs, generation_logprobs, mask, cfg, toks
             )
     return loss, metrics
+
+
+def _reference_kl(
+    logprobs: torch.Tensor,
+    reference_logprobs: torch.Tensor | None,
+    mask: torch.Tensor,
+    cfg: ClippedPGLossConfig,
+    global_valid_toks: float | torch.Tensor,
+    global_valid_seqs: float | torch.Tensor,
+) -> torch.Tensor:
+    """The KL term before beta: NeMo-RL's `ClippedPGLossFn` KL to the reference (its input
+    and output clamps, the on-policy weight of #2506), reduced like the actor loss."""
+    if reference_logprobs is None:
+        raise ValueError(
+            f"clipped_pg_loss: loss_fn.reference_policy_kl_penalty="
+            f"{cfg.reference_policy_kl_penalty} needs the reference policy's logprobs "
+            "(batch['reference_policy_logprobs'])"
+        )
+    kl_tokens = calculate_kl(
+        logprobs,
+        reference_logprobs,
+        cfg.reference_policy_kl_type,
+        cfg.kl_input_clamp_value,
+        cfg.kl_output_clamp_value,
+        importance_sampling_weights=on_policy_kl_weights(logprobs),
+    )
+    return _reduce(kl_tokens, mask, cfg.token_level_loss, global_valid_toks, global_valid_seqs)
+
+
+def _ratio_metrics(
+    logprobs: torch.Tensor,
+    prev_logprobs: torch.Tensor,
+    was_clipped: torch.Tensor,
+    mask: torch.Tensor,
+    cfg: ClippedPGLossConfig,
+    global_valid_toks: float | torch.Tensor,
+    dtype: torch.dtype,
+) -> dict[str, torch.Tensor]:
+    """NeMo-RL's ``probs_ratio``, ``probs_ratio_clamped`` and ``num_valid_samples``
+    (ClippedPGLossFn) and this project's ``clip_fraction``; the caller holds `no_grad`."""
+    toks = global_valid_toks
+    ratios = torch.exp(logprobs - prev_logprobs)
+    clamped = ratios.clamp(1.0 - cfg.ratio_clip_min, 1.0 + cfg.ratio_clip_max)
+    return {
+        "probs_ratio": masked_mean(ratios, mask, global_normalization_factor=toks),
+        "probs_ratio_clamped": masked_mean(clamped, mask, global_normalization_factor=toks),
+        "num_valid_samples": (mask.sum(dim=-1) > 0).sum().to(dtype),
+        "clip_fraction": masked_mean(was_clipped, mask, global_normalization_factor=toks),
+    }
 
 
 def sampler_diagnostics(

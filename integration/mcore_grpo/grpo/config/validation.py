@@ -33,7 +33,17 @@ def _validate_moe(config: RunConfig) -> None:
 
 
 def validate(config: RunConfig) -> None:
-    """Cross-field checks, each naming the keys to change."""
+    """Cross-field checks, each naming the keys to change (the first failing one raises)."""
+    _validate_batches(config)
+    _validate_moe(config)
+    _validate_schedule_and_reference(config)
+    _validate_cluster_and_saves(config)
+    _validate_task_and_checkpoints(config)
+    _validate_sampling(config)
+
+
+def _validate_batches(config: RunConfig) -> None:
+    """Counts >= 1, groups of two or more samples, and a step that cuts into whole batches."""
     g, p = config.grpo, config.policy
     for key, value in (
         ("grpo.num_prompts_per_step", g.num_prompts_per_step),
@@ -57,18 +67,25 @@ def validate(config: RunConfig) -> None:
             f"{config.samples_per_step} samples per step is not a multiple of "
             f"policy.train_global_batch_size={p.train_global_batch_size}"
         )
-    _validate_moe(config)
+
+
+def _validate_schedule_and_reference(config: RunConfig) -> None:
+    """The LR schedule megatron-core will build, and a KL term that has its reference."""
     try:  # what megatron-core's scheduler would assert on when the workers build it
         lr_schedule(config).check(config.policy.megatron_cfg.optimizer.lr)
     except ValueError as err:
         raise ConfigError(str(err)) from None
     beta = config.loss_fn.reference_policy_kl_penalty
-    if g.skip_reference_policy_logprobs_calculation and beta != 0:
+    if config.grpo.skip_reference_policy_logprobs_calculation and beta != 0:
         raise ConfigError(
             f"grpo.skip_reference_policy_logprobs_calculation=true needs "
             f"loss_fn.reference_policy_kl_penalty=0 (it is {beta}): the KL term reads the "
             "reference logprobs (NeMo-RL refuses the same)"
         )
+
+
+def _validate_cluster_and_saves(config: RunConfig) -> None:
+    """Timeouts, the node count and the save period: positive where they must be."""
     for key, seconds in (
         ("cluster.collective_timeout_s", config.cluster.collective_timeout_s),
         ("cluster.fault_wait_s", config.cluster.fault_wait_s),
@@ -82,7 +99,13 @@ def validate(config: RunConfig) -> None:
             f"checkpointing.save_period={config.checkpointing.save_period}: must be >= 0 "
             "(0: only at the end of the run)"
         )
-    if config.task.name in MATH_TASKS and p.model_name == "tiny-gpt":
+
+
+def _validate_task_and_checkpoints(config: RunConfig) -> None:
+    """What a math task and a consolidated checkpoint need of the model, a known verifier,
+    and checkpoints to keep."""
+    model = config.policy.model_name
+    if config.task.name in MATH_TASKS and model == "tiny-gpt":
         raise ConfigError(
             f"task.name={config.task.name} needs a pretrained Hugging Face model with a chat "
             "template (policy.model_name: smollm2-135m-instruct, a checkpoint directory or a Hub "
@@ -93,7 +116,7 @@ def validate(config: RunConfig) -> None:
             f"task.math_verify_impl={config.task.math_verify_impl!r}: NeMo-RL's math environment "
             f"knows {' and '.join(MATH_VERIFY_IMPLS)}"
         )
-    if config.checkpointing.save_consolidated and p.model_name == "tiny-gpt":
+    if config.checkpointing.save_consolidated and model == "tiny-gpt":
         raise ConfigError(
             "checkpointing.save_consolidated=true needs a Hugging Face model "
             "(policy.model_name: a checkpoint, a Hub id or tiny-hf-qwen2); tiny-gpt has no "
@@ -103,6 +126,11 @@ def validate(config: RunConfig) -> None:
         raise ConfigError(
             f"checkpointing.keep_top_k={config.checkpointing.keep_top_k}: must be >= 1"
         )
+
+
+def _validate_sampling(config: RunConfig) -> None:
+    """The device, and a sampler whose top-p and temperature define a distribution."""
+    p = config.policy
     if p.device not in ("cpu", "cuda"):
         raise ConfigError(f"policy.device={p.device!r}: use 'cpu' or 'cuda'")
     if not 0 < p.generation.top_p <= 1:

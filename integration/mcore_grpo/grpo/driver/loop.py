@@ -381,29 +381,13 @@ class GRPOLoop:
                 self.current_step = step
                 record = self.step(step)
                 if step < max_steps and deadline.reached():
-                    self.last_step = step
-                    log.info(
-                        "mcore-grpo: checkpointing.checkpoint_must_save_by=%s is near after "
-                        "step %d (%.0f s in, %.0f s a step): the run ends here; --resume goes on",
-                        self.config.checkpointing.checkpoint_must_save_by,
-                        step,
-                        deadline.elapsed(),
-                        deadline.mean_step(),
-                    )
+                    self._end_early(step, deadline)
                 if step == 1:
                     record.update({f"{k}_at_start": v for k, v in at_start.items()})
                 if self._evaluates_after(step):
                     record.update(self._evaluate(step))
                 writer.write(record)
-                line = step_line(record, max_steps)
-                if bar is not None:
-                    bar.write(line)
-                    bar.set_postfix(reward=f"{record['reward_mean']:.2f}")
-                    bar.update(1)
-                else:
-                    log.info(line)
-                if self.on_step is not None:
-                    self.on_step(record)
+                self._report(record, bar)
                 if self.config.checkpointing.enabled and period > 0 and step % period == 0:
                     result.checkpoint_path = self.save(step)
                 if step == self.last_step:
@@ -411,22 +395,53 @@ class GRPOLoop:
         finally:
             if bar is not None:
                 bar.close()
+        self._finish(result, writer, first)
+        return result
+
+    def _end_early(self, step: int, deadline: Deadline) -> None:
+        """`step` becomes the last: one more would pass checkpointing.checkpoint_must_save_by."""
+        self.last_step = step
+        log.info(
+            "mcore-grpo: checkpointing.checkpoint_must_save_by=%s is near after "
+            "step %d (%.0f s in, %.0f s a step): the run ends here; --resume goes on",
+            self.config.checkpointing.checkpoint_must_save_by,
+            step,
+            deadline.elapsed(),
+            deadline.mean_step(),
+        )
+
+    def _report(self, record: dict[str, Any], bar: Any) -> None:
+        """A step's line (on the progress bar, or in the log), then `on_step`."""
+        line = step_line(record, self.config.grpo.max_num_steps)
+        if bar is not None:
+            bar.write(line)
+            bar.set_postfix(reward=f"{record['reward_mean']:.2f}")
+            bar.update(1)
+        else:
+            log.info(line)
+        if self.on_step is not None:
+            self.on_step(record)
+
+    def _finish(self, result: RunResult, writer: MetricsWriter, first: int) -> None:
+        """After the last step: its checkpoint (unless the loop saved it), the export and its
+        held-out accuracy, the records read back and plotted, all into `result`."""
+        cfg = self.config
         last = self.last_step
+        period = cfg.checkpointing.save_period
         saved_last = period > 0 and last % period == 0  # the loop saved it already
-        if self.config.checkpointing.enabled and first <= last and not saved_last:
+        if cfg.checkpointing.enabled and first <= last and not saved_last:
             result.checkpoint_path = self.save(last)
         if self.export_hf_dir is not None:
             result.hf_path = self.export(self.export_hf_dir)
-        elif self.config.checkpointing.save_consolidated and result.checkpoint_path is not None:
+        elif cfg.checkpointing.save_consolidated and result.checkpoint_path is not None:
             result.hf_path = result.checkpoint_path / HF_DIR
-        if result.hf_path is not None and self.config.grpo.val_at_end and self.evaluator.problems:
+        if result.hf_path is not None and cfg.grpo.val_at_end and self.evaluator.problems:
             writer.amend_last(self._evaluate_export(result.hf_path))
-        result.records = read_metrics(metrics_path)
+        result.records = read_metrics(writer.path)
         if result.records:
             result.plot_path = plot_metrics(
                 result.records,
                 self.output_dir / "reward_loss.png",
-                f"GRPO {self.config.policy.model_name} on {self.task.name} "
+                f"GRPO {cfg.policy.model_name} on {self.task.name} "
                 f"({self.runner.world_size} worker{'s' if self.runner.world_size > 1 else ''})",
             )
-        return result

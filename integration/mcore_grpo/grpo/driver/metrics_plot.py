@@ -28,54 +28,12 @@ def plot_metrics(records: Sequence[Mapping[str, Any]], png_path: Path, title: st
     if not records:
         raise ValueError(f"no metrics to plot into {png_path}")
     steps = [r["step"] for r in records]
-    rewards = [r["reward_mean"] for r in records]
-    losses = [r["loss"] for r in records]
     moe = "moe/load_balancing_loss" in records[0]
     explains = EXPLAINING[0] in records[0]
     panels = 2 + 2 * explains + moe
     fig, axes = plt.subplots(panels, 1, figsize=(7, 2.9 * panels + 0.3), sharex=True)
-    ax_r, ax_l = axes[0], axes[1]
-    ax_r.plot(steps, rewards, marker=".", alpha=0.5, label="reward mean")
-    ax_r.plot(steps, moving_average(rewards, 5), label="5-step average")
-    if "accuracy" in records[0]:
-        ax_r.plot(steps, [r["accuracy"] for r in records], alpha=0.6, label="exact-answer rate")
-    validation = [
-        (0, r["validation/accuracy_at_start"])
-        for r in records[:1]
-        if "validation/accuracy_at_start" in r
-    ]
-    validation += [
-        (r["step"], r["validation/accuracy"]) for r in records if "validation/accuracy" in r
-    ]
-    exported = [
-        (r["step"], r["validation/hf_accuracy"]) for r in records if "validation/hf_accuracy" in r
-    ]
-    if exported:
-        ax_r.plot(
-            *zip(*exported, strict=True),
-            marker="s",
-            ls="",
-            color="tab:orange",
-            label="exported, transformers.generate",
-        )
-    if validation:
-        ax_r.plot(
-            *zip(*validation, strict=True),
-            marker="o",
-            color="black",
-            label="held-out accuracy (greedy)",
-        )
-    ax_r.set_ylabel("reward")
-    ax_r.set_ylim(-0.02, 1.02)
-    ax_r.grid(alpha=0.3)
-    ax_r.legend(loc="lower right")
-    ax_l.plot(
-        steps, losses, color="tab:red", marker=".", label="GRPO loss (sum over optimizer steps)"
-    )
-    ax_l.axhline(0.0, color="grey", lw=0.5)
-    ax_l.set_ylabel("loss")
-    ax_l.grid(alpha=0.3)
-    ax_l.legend(loc="upper right")
+    _plot_reward(axes[0], steps, records)
+    _plot_loss(axes[1], steps, records)
     if explains:
         _plot_policy_drift(axes[2], steps, records)
         _plot_sizes(axes[3], steps, records)
@@ -88,6 +46,61 @@ def plot_metrics(records: Sequence[Mapping[str, Any]], png_path: Path, title: st
     fig.savefig(png_path, dpi=110)
     plt.close(fig)
     return png_path
+
+
+def _plot_reward(ax: Any, steps: Sequence[int], records: Sequence[Mapping[str, Any]]) -> None:
+    """The reward (raw and a 5-step average), the exact-answer rate and, where measured, the
+    held-out accuracy: by the workers' greedy generation and the exported checkpoint's."""
+    rewards = [r["reward_mean"] for r in records]
+    ax.plot(steps, rewards, marker=".", alpha=0.5, label="reward mean")
+    ax.plot(steps, moving_average(rewards, 5), label="5-step average")
+    if "accuracy" in records[0]:
+        ax.plot(steps, [r["accuracy"] for r in records], alpha=0.6, label="exact-answer rate")
+    validation = [
+        (0, r["validation/accuracy_at_start"])
+        for r in records[:1]
+        if "validation/accuracy_at_start" in r
+    ]
+    validation += [
+        (r["step"], r["validation/accuracy"]) for r in records if "validation/accuracy" in r
+    ]
+    exported = [
+        (r["step"], r["validation/hf_accuracy"]) for r in records if "validation/hf_accuracy" in r
+    ]
+    if exported:
+        ax.plot(
+            *zip(*exported, strict=True),
+            marker="s",
+            ls="",
+            color="tab:orange",
+            label="exported, transformers.generate",
+        )
+    if validation:
+        ax.plot(
+            *zip(*validation, strict=True),
+            marker="o",
+            color="black",
+            label="held-out accuracy (greedy)",
+        )
+    ax.set_ylabel("reward")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+
+
+def _plot_loss(ax: Any, steps: Sequence[int], records: Sequence[Mapping[str, Any]]) -> None:
+    """The GRPO loss of each step, around a zero line."""
+    ax.plot(
+        steps,
+        [r["loss"] for r in records],
+        color="tab:red",
+        marker=".",
+        label="GRPO loss (sum over optimizer steps)",
+    )
+    ax.axhline(0.0, color="grey", lw=0.5)
+    ax.set_ylabel("loss")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper right")
 
 
 # The metrics that explain a run (issue 60), plotted when the records hold them.

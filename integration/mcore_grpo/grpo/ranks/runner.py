@@ -121,15 +121,9 @@ class RayRunner:
         self._started_ray = False
         self.collective_timeout_s = config.cluster.collective_timeout_s
         self.fault_wait_s = config.cluster.fault_wait_s
-        address = address or os.environ.get("RAY_ADDRESS")
         gpu = config.policy.device == "cuda"
         per_node = placement.ranks_per_node(world_size, config.cluster.num_nodes)
-        if not ray.is_initialized():
-            if address:
-                attach(ray, address)
-            else:
-                start_local_ray(world_size)
-            self._started_ray = True
+        self._join_ray(address or os.environ.get("RAY_ADDRESS"))
         self.actors: list[Any] = []
         self.places: list[WorkerPlace] = []
         self.placement: Placement | None = None
@@ -139,32 +133,59 @@ class RayRunner:
         self.failure: WorkerFailed | None = None
         try:
             self.placement = placement_factory(ray, world_size, config.cluster.num_nodes, gpu)
-            groups = self.placement.groups()
-            host, port = self.placement.rendezvous()
-            # Each CPU actor gets an equal share of its node's cores for its torch threads.
-            threads = None if gpu else max(1, (os.cpu_count() or 1) // per_node)
-            actor_cls = ray.remote(num_cpus=1, num_gpus=1 if gpu else 0, max_restarts=0)(rank_cls)
-            for rank in range(world_size):
-                group, bundle = placement.bundle_of(rank, per_node)
-                options = {"scheduling_strategy": placement.strategy_for(groups[group], bundle)}
-                self.actors.append(
-                    actor_cls.options(**options).remote(  # type: ignore[attr-defined]
-                        config,
-                        tokens,
-                        rank,
-                        world_size,
-                        host,
-                        port,
-                        num_threads=threads,
-                        fail_at_step=fail_at_step if rank == fail_at_rank else None,
-                    )
-                )
+            self._start_actors(
+                self.placement, config, tokens, rank_cls, per_node, fail_at_rank, fail_at_step
+            )
             # Until the actors report where they run, a failure names the rank only.
             self.places = [WorkerPlace(rank, "", "", 0) for rank in range(world_size)]
             self.places = self.call("ready", [()] * world_size)
         except BaseException:
             self.shutdown()
             raise
+
+    def _join_ray(self, address: str | None) -> None:
+        """Attach to the cluster at `address`, or start Ray on this machine, unless this
+        process has Ray already (then it is not ours to stop)."""
+        if not self._ray.is_initialized():
+            if address:
+                attach(self._ray, address)
+            else:
+                start_local_ray(self.world_size)
+            self._started_ray = True
+
+    def _start_actors(
+        self,
+        reserved: Placement,
+        config: RunConfig,
+        tokens: TaskTokens,
+        rank_cls: type[PolicyRank],
+        per_node: int,
+        fail_at_rank: int | None,
+        fail_at_step: int | None,
+    ) -> None:
+        """One `rank_cls` actor per rank in its bundle of `reserved`, all meeting at its
+        rendezvous (the actors build their ranks; nothing waits for them here)."""
+        gpu = config.policy.device == "cuda"
+        groups = reserved.groups()
+        host, port = reserved.rendezvous()
+        # Each CPU actor gets an equal share of its node's cores for its torch threads.
+        threads = None if gpu else max(1, (os.cpu_count() or 1) // per_node)
+        actor_cls = self._ray.remote(num_cpus=1, num_gpus=1 if gpu else 0, max_restarts=0)(rank_cls)
+        for rank in range(self.world_size):
+            group, bundle = placement.bundle_of(rank, per_node)
+            options = {"scheduling_strategy": placement.strategy_for(groups[group], bundle)}
+            self.actors.append(
+                actor_cls.options(**options).remote(  # type: ignore[attr-defined]
+                    config,
+                    tokens,
+                    rank,
+                    self.world_size,
+                    host,
+                    port,
+                    num_threads=threads,
+                    fail_at_step=fail_at_step if rank == fail_at_rank else None,
+                )
+            )
 
     def call(self, method: str, per_rank_args: Sequence[tuple[Any, ...]]) -> list[Any]:
         """Dispatch to all actors; a failure kills the rest and raises, naming its cause.

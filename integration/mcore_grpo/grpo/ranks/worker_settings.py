@@ -37,32 +37,11 @@ def worker_config(config: RunConfig, tokens: TaskTokens) -> WorkerConfig:
     """The integration worker's `WorkerConfig` for this run."""
     p = config.policy
     mc = p.megatron_cfg
-    tiny = p.tiny_model
-    hf = None if p.model_name == "tiny-gpt" else p.model_name
     return WorkerConfig(
         device=p.device,  # type: ignore[arg-type]
         seed=config.grpo.seed,
         micro_batch_size=p.train_micro_batch_size,
-        model=ModelConfig(
-            num_layers=tiny.num_layers,
-            hidden_size=tiny.hidden_size,
-            num_attention_heads=tiny.num_attention_heads,
-            ffn_hidden_size=tiny.ffn_hidden_size,
-            vocab_size=tokens.vocab_size,
-            max_sequence_length=p.max_total_sequence_length,
-            padded_vocab_size_override=tiny.padded_vocab_size
-            or padded_vocab_size(tokens.vocab_size, mc.tensor_model_parallel_size),
-            hf_checkpoint=hf,
-            num_query_groups=tiny.num_query_groups,
-            position_embedding_type=tiny.position_embedding_type,  # type: ignore[arg-type]
-            rotary_base=tiny.rotary_base,
-            normalization=tiny.normalization,  # type: ignore[arg-type]
-            swiglu=tiny.swiglu,
-            add_bias_linear=tiny.add_bias_linear,
-            add_qkv_bias=tiny.add_qkv_bias,
-            tie_embeddings=tiny.tie_embeddings,
-            moe=_moe(config),
-        ),
+        model=_model(config, tokens),
         parallel=ParallelConfig(
             tensor_model_parallel_size=mc.tensor_model_parallel_size,
             pipeline_model_parallel_size=mc.pipeline_model_parallel_size,
@@ -94,6 +73,33 @@ def worker_config(config: RunConfig, tokens: TaskTokens) -> WorkerConfig:
         temperature=p.generation.temperature,
         precision=p.precision,  # type: ignore[arg-type]
         shared_prefix=p.shared_prefix_training,
+    )
+
+
+def _model(config: RunConfig, tokens: TaskTokens) -> ModelConfig:
+    """The model the worker builds: ``policy.tiny_model``'s shape over the task's vocabulary
+    (padded as Megatron pads it), or the Hugging Face checkpoint ``policy.model_name``."""
+    p = config.policy
+    tiny = p.tiny_model
+    return ModelConfig(
+        num_layers=tiny.num_layers,
+        hidden_size=tiny.hidden_size,
+        num_attention_heads=tiny.num_attention_heads,
+        ffn_hidden_size=tiny.ffn_hidden_size,
+        vocab_size=tokens.vocab_size,
+        max_sequence_length=p.max_total_sequence_length,
+        padded_vocab_size_override=tiny.padded_vocab_size
+        or padded_vocab_size(tokens.vocab_size, p.megatron_cfg.tensor_model_parallel_size),
+        hf_checkpoint=None if p.model_name == "tiny-gpt" else p.model_name,
+        num_query_groups=tiny.num_query_groups,
+        position_embedding_type=tiny.position_embedding_type,  # type: ignore[arg-type]
+        rotary_base=tiny.rotary_base,
+        normalization=tiny.normalization,  # type: ignore[arg-type]
+        swiglu=tiny.swiglu,
+        add_bias_linear=tiny.add_bias_linear,
+        add_qkv_bias=tiny.add_qkv_bias,
+        tie_embeddings=tiny.tie_embeddings,
+        moe=_moe(config),
     )
 
 
