@@ -22,7 +22,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 TOOL = [sys.executable, str(REPO_ROOT / "tools" / "patches")]
 sys.path.insert(0, str(REPO_ROOT))
 
-from tools.patchtool.core.git import format_patch  # noqa: E402
+from tools.patchtool.git.git import format_patch  # noqa: E402
 
 ENV = {
     **os.environ,

@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tools.patchtool.core.series import read_series  # noqa: E402
+from tools.patchtool.model.series import read_series  # noqa: E402
 from tools.patchtool.rebase.bases import MODES  # noqa: E402
 from tools.patchtool.rebase.flow import run_rebase  # noqa: E402
 from tools.patchtool.rebase.report import summary  # noqa: E402

@@ -16,7 +16,7 @@ import yaml
 
 from tests.ci.workflows import run_with_recording_git
 from tools.patchtool.cli import build_parser
-from tools.patchtool.core.manifest import load_manifest
+from tools.patchtool.model.manifest import load_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "roll.yml"

@@ -15,7 +15,7 @@ from tests.ci.workflows import (
     run_with_recording_git,
 )
 from tools.patchtool.cli import build_parser
-from tools.patchtool.core.manifest import load_manifest
+from tools.patchtool.model.manifest import load_manifest
 
 STEPS = job_steps("status.yml", "status")
 

@@ -42,7 +42,7 @@ Snapshot = dict[str, object]
 # sets (`worker.generation._LOGGED`).
 REGISTRIES: dict[str, tuple[str, ...]] = {
     "tools.patchtool.source.mirror": ("_active",),
-    "tools.patchtool.core.git": ("_SESSION_CONFIG",),
+    "tools.patchtool.git.git": ("_SESSION_CONFIG",),
     "tools.patchtool.verify.pytest_run": ("_LIVE",),
     "mcore_grpo.worker.cpu": ("_DEPTH", "_SAVED"),
     "mcore_grpo.upstream_cpu": ("_STATE", "_SAVED"),

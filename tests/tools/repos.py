@@ -10,7 +10,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from tools.patchtool.core.git import format_patch
+from tools.patchtool.git.git import format_patch
 
 ENV = {
     "GIT_AUTHOR_NAME": "Up Stream",

@@ -8,8 +8,8 @@ import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
-from tools.patchtool.core.git import format_patch
-from tools.patchtool.core.manifest import Standin
+from tools.patchtool.git.git import format_patch
+from tools.patchtool.model.manifest import Standin
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,11 +1,10 @@
 """`tools/patches <command>`: argparse over a registry of subcommands.
 
 A new command is one module `commands/<verb>.py` defining a `Command` plus one line in
-`COMMANDS` below; command modules never import each other (shared logic lives in core/,
-source/, rebase/, upstream_check/). Only the
-module of the command being run is imported, so each command starts with just its own imports
-(`apply` is measured against plain `git am`). Every PatchToolError becomes one `error: ...`
-line on stderr and a non-zero exit.
+`COMMANDS` below; command modules never import each other (shared logic lives in the layers
+below them: docs/layers.md). Only the module of the command being run is imported, so each
+command starts with just its own imports (`apply` is measured against plain `git am`). Every
+PatchToolError becomes one `error: ...` line on stderr and a non-zero exit.
 """
 
 from __future__ import annotations
@@ -118,7 +117,7 @@ def _use_mirror(args: argparse.Namespace, stack: ExitStack) -> None:
     `stack` closes."""
     if not (getattr(args, "mirror_dir", None) or os.environ.get("PATCHTOOL_MIRROR_DIR")):
         return  # apply's startup time: nothing more is imported without a mirror
-    from .core.manifest import load_manifest
+    from .model.manifest import load_manifest
     from .source.mirror import mirror_dir, use_mirror
 
     directory = mirror_dir(getattr(args, "mirror_dir", None))

@@ -12,10 +12,10 @@ import json
 import sys
 from collections.abc import Callable
 
+from .apply.apply import Outcome, State
 from .command import root_of
-from .core.apply import Outcome, State
-from .core.manifest import Upstream, load_manifest
 from .errors import ExitCode, PatchToolError
+from .model.manifest import Upstream, load_manifest
 
 
 def configure_common(parser: argparse.ArgumentParser) -> None:

@@ -16,8 +16,8 @@ from tests.tools.repos import (
     trailers,
 )
 from tools.patchtool.cli import main
-from tools.patchtool.core.git import format_patch
-from tools.patchtool.core.series import parse_patch
+from tools.patchtool.git.git import format_patch
+from tools.patchtool.model.series import parse_patch
 
 pytestmark = pytest.mark.usefixtures("isolated_git")
 MOD = "pkg/mod.py"

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from tests.tools.sandbox import Sandbox, lines, run
-from tools.patchtool.core import git as git_module
-from tools.patchtool.core.apply import apply_upstream, reset_upstream
-from tools.patchtool.core.checkout import BRANCH_REF
-from tools.patchtool.core.export import export_upstream, write_export
-from tools.patchtool.core.manifest import load_manifest
+from tools.patchtool.apply.apply import apply_upstream, reset_upstream
+from tools.patchtool.apply.export import export_upstream, write_export
 from tools.patchtool.errors import PatchToolError
+from tools.patchtool.git import git as git_module
+from tools.patchtool.model.manifest import load_manifest
+from tools.patchtool.source.checkout import BRANCH_REF
 
 
 def _setup(sandbox: Sandbox) -> tuple[Path, str, dict[str, bytes]]:

@@ -9,7 +9,7 @@ import pytest
 
 from tests.tools.repos import commit, init_repo, numbered, run
 from tools.patchtool.cli import main
-from tools.patchtool.core.pin_check import (
+from tools.patchtool.source.pin_check import (
     AHEAD,
     BEHIND,
     DIVERGED,

@@ -15,9 +15,9 @@ from tests.tools.repos import (
     run,
     trailers,
 )
+from tools.patchtool.apply.apply import apply_upstream
 from tools.patchtool.cli import main
-from tools.patchtool.core.apply import apply_upstream
-from tools.patchtool.core.manifest import load_manifest
+from tools.patchtool.model.manifest import load_manifest
 
 pytestmark = pytest.mark.usefixtures("isolated_git")
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from tests.tools.sandbox import Sandbox, lines, run
-from tools.patchtool.core.apply import apply_upstream
-from tools.patchtool.core.lint import lint_all
-from tools.patchtool.core.manifest import load_manifest
+from tools.patchtool.apply.apply import apply_upstream
 from tools.patchtool.errors import PatchToolError
+from tools.patchtool.lint.lint import lint_all
+from tools.patchtool.model.manifest import load_manifest
 
 
 def _lint(sandbox: Sandbox) -> list[str]:

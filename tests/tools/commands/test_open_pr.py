@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.tools.core.pr_templates import NEMO_RL
+from tests.tools.pr.pr_templates import NEMO_RL
 from tests.tools.repos import init_repo, make_superproject, numbered, run, write
+from tools.patchtool.apply.apply import apply_upstream
 from tools.patchtool.cli import main
-from tools.patchtool.core.apply import apply_upstream
-from tools.patchtool.core.manifest import load_manifest
+from tools.patchtool.model.manifest import load_manifest
 
 pytestmark = pytest.mark.usefixtures("isolated_git")
 

@@ -22,10 +22,10 @@ from tests.tools.repos import (
 )
 from tests.tools.sandbox import sdist_downloader
 from tools.patchtool.cli import main
-from tools.patchtool.core.manifest import Standin, load_manifest
-from tools.patchtool.core.pin_check import check_pins
 from tools.patchtool.errors import PatchToolError
+from tools.patchtool.model.manifest import Standin, load_manifest
 from tools.patchtool.rebase.pin import run_pin
+from tools.patchtool.source.pin_check import check_pins
 
 pytestmark = pytest.mark.usefixtures("isolated_git")
 

@@ -1,4 +1,4 @@
-"""`port`, and `open-pr` / `lint` / `set-status` with a port onto main (core/ports.py).
+"""`port`, and `open-pr` / `lint` / `set-status` with a port onto main (model/ports.py).
 
 The upstream's `main` moved past the pin (tag v1): one commit rewrote the line a patch
 changes (a conflict), another the lines around a second patch's change (a clean 3-way merge).
@@ -12,8 +12,8 @@ import pytest
 
 from tests.tools.repos import commit, init_repo, make_patch, make_superproject, numbered, run
 from tools.patchtool.cli import main
-from tools.patchtool.core.lint import lint_all
-from tools.patchtool.core.manifest import load_manifest
+from tools.patchtool.lint.lint import lint_all
+from tools.patchtool.model.manifest import load_manifest
 
 pytestmark = pytest.mark.usefixtures("isolated_git")
 

@@ -22,8 +22,8 @@ from tests.tools.repos import (
     tree_state,
 )
 from tools.patchtool.cli import main
-from tools.patchtool.core.manifest import Standin
 from tools.patchtool.errors import PatchToolError
+from tools.patchtool.model.manifest import Standin
 from tools.patchtool.rebase.flow import run_rebase
 from tools.patchtool.rebase.result import OFFSET, UPSTREAMED
 from tools.patchtool.rebase.scratch import create_scratch
@@ -249,7 +249,7 @@ def proxy_project(tmp_path: Path, upstream: Path) -> Path:
 
 def test_rebase_onto_a_release_clears_the_proxy(tmp_path: Path, upstream: Path) -> None:
     """Issue 18 defect 2: after a rebase onto a release tag the manifest kept proxy = true."""
-    from tools.patchtool.core.manifest import load_manifest, standin_problems
+    from tools.patchtool.model.manifest import load_manifest, standin_problems
 
     root = proxy_project(tmp_path, upstream)
     assert standin_problems(load_manifest(root).upstreams["Up"]) == []
@@ -270,7 +270,7 @@ def test_rebase_onto_a_local_only_tag_never_writes_an_empty_version(
     tmp_path: Path, upstream: Path
 ) -> None:
     """Issue 18 defect 2: a tag that exists only in the local clone gave version = ""."""
-    from tools.patchtool.core.manifest import load_manifest, standin_problems
+    from tools.patchtool.model.manifest import load_manifest, standin_problems
 
     root = proxy_project(tmp_path, upstream)
     commit(upstream, "past v2", {"pkg/other.py": numbered(8, "other")})
@@ -342,7 +342,7 @@ def test_moving_the_pin_backwards_needs_a_flag(
 
 
 def test_standin_commit_is_deterministic(tmp_path: Path, upstream: Path) -> None:
-    from tools.patchtool.core.manifest import load_manifest
+    from tools.patchtool.model.manifest import load_manifest
     from tools.patchtool.source.standin import materialise_commit
 
     root = make_superproject(tmp_path / "super", upstream, standin=STANDIN)
@@ -392,7 +392,7 @@ def test_real_megatron_series_onto_core_0_17_0_standin(tmp_path: Path) -> None:
     Offline form of the real rebase: release archives only, no upstream history, no hint
     from the patches' own Upstream-Status (stand-ins cannot check it).
     """
-    from tools.patchtool.core.series import parse_patch, read_series
+    from tools.patchtool.model.series import parse_patch, read_series
     from tools.patchtool.rebase.bases import STANDIN as STANDIN_MODE
     from tools.patchtool.rebase.result import KEPT
 

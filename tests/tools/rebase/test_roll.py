@@ -24,10 +24,10 @@ from tests.tools.repos import commit, init_repo, make_patch, nest, numbered, run
 from tests.tools.repos import tree_state as patches_state
 from tests.tools.sandbox import REPO_ROOT
 from tools.patchtool.cli import main
-from tools.patchtool.core.manifest import Upstream
-from tools.patchtool.core.pin_check import check_pins
+from tools.patchtool.model.manifest import Upstream
 from tools.patchtool.rebase.engine import TripwireHook
 from tools.patchtool.rebase.roll import plan_roll, write_roll
+from tools.patchtool.source.pin_check import check_pins
 
 pytestmark = pytest.mark.usefixtures("isolated_git", "identity")
 

@@ -24,7 +24,7 @@ import pytest
 
 from tests.tools.repos import run
 from tests.tools.sandbox import REPO_ROOT
-from tools.patchtool.core.manifest import load_manifest, set_pin
+from tools.patchtool.model.manifest import load_manifest, set_pin
 
 HISTORY_ENV = "PATCHTOOL_TEST_HISTORY_DIR"
 NAMES = ("Megatron-LM", "Megatron-Bridge", "NeMo-RL")

@@ -12,11 +12,11 @@ import pytest
 
 from tests.support.network import pypi_reachable
 from tests.tools.sandbox import REPO_ROOT, UNREACHABLE, Sandbox, lines, run, sdist_downloader
-from tools.patchtool.core.apply import apply_upstream
-from tools.patchtool.core.manifest import Standin, load_manifest
-from tools.patchtool.core.state import upstream_status
+from tools.patchtool.apply.apply import apply_upstream
 from tools.patchtool.errors import PatchToolError
+from tools.patchtool.model.manifest import Standin, load_manifest
 from tools.patchtool.source.detect import STANDIN, detect_source
+from tools.patchtool.source.state import upstream_status
 
 STANDIN_SPEC = Standin("sdist", "pkg", "v{version}", "1.0", False, {"pkg/": "src/pkg/"})
 TOOL = [sys.executable, str(REPO_ROOT / "tools" / "patches")]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.tools.sandbox import REPO_ROOT, UNREACHABLE, Sandbox, run
-from tools.patchtool.core import git as g
+from tools.patchtool.git import git as g
 
 TOOL = [sys.executable, str(REPO_ROOT / "tools" / "patches")]
 

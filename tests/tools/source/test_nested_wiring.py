@@ -27,9 +27,9 @@ from tests.tools.nested_stack import (
     make_stack,
 )
 from tests.tools.repos import run
-from tools.patchtool.core.checkout import dirty_files
-from tools.patchtool.core.manifest import load_manifest
 from tools.patchtool.errors import PatchToolError
+from tools.patchtool.model.manifest import load_manifest
+from tools.patchtool.source.checkout import dirty_files
 from tools.patchtool.source.nested_plan import plan_links, uv_lock_paths
 from tools.patchtool.source.nested_wiring import (
     BLOCKED,

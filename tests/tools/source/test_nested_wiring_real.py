@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.tools.repos import run
-from tools.patchtool.core.manifest import MANIFEST_PATH, load_manifest
+from tools.patchtool.model.manifest import MANIFEST_PATH, load_manifest
 from tools.patchtool.source.nested_wiring import wire_host
 from tools.patchtool.source.partial import recorded_absent_paths
 

@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 
 from tests.tools.sandbox import REPO_ROOT, UNREACHABLE, Sandbox, lines, run, sdist_downloader, write
+from tools.patchtool.apply.apply import apply_upstream
 from tools.patchtool.commands.verify import render_table
-from tools.patchtool.core.apply import apply_upstream
-from tools.patchtool.core.manifest import Standin, Upstream, load_manifest
-from tools.patchtool.core.state import upstream_status
 from tools.patchtool.errors import PatchToolError
+from tools.patchtool.model.manifest import Standin, Upstream, load_manifest
 from tools.patchtool.source.detect import STANDIN, detect_source
 from tools.patchtool.source.proxy import DIFFERS, IDENTICAL, NOT_VERIFIED
 from tools.patchtool.source.standin import Downloader
+from tools.patchtool.source.state import upstream_status
 from tools.patchtool.verify.session import verify_upstream
 from tools.patchtool.verify.tripwire import PROVEN_ON_PROXY
 

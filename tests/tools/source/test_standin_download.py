@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tools.patchtool.core.manifest import Standin
+from tools.patchtool.model.manifest import Standin
 from tools.patchtool.source import standin
 
 

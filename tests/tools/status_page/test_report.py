@@ -20,7 +20,7 @@ from tests.tools.repos import (
     trailers,
 )
 from tools.patchtool.cli import main
-from tools.patchtool.core.manifest import load_manifest
+from tools.patchtool.model.manifest import load_manifest
 from tools.patchtool.status_page.live import pr_state, previous
 from tools.patchtool.status_page.rows import PatchRow, pull_request, series_rows
 

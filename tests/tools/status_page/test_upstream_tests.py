@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tools.patchtool.core.test_suites import MAIN_RECORD_PATH, RECORD_PATH
+from tools.patchtool.model.test_suites import MAIN_RECORD_PATH, RECORD_PATH
 from tools.patchtool.status_page.upstream_tests import main_record_gaps, on_main, section
 
 RECORD = {

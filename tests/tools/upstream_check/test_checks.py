@@ -20,10 +20,10 @@ from tests.tools.upstream_check.hooks import (
     RUFF_SPEC,
     SIGNOFF,
 )
+from tools.patchtool.apply.apply import apply_upstream
 from tools.patchtool.cli import main
-from tools.patchtool.core.apply import apply_upstream
-from tools.patchtool.core.manifest import Standin, load_manifest
 from tools.patchtool.errors import PatchToolError
+from tools.patchtool.model.manifest import Standin, load_manifest
 from tools.patchtool.source.detect import STANDIN, Source
 from tools.patchtool.upstream_check.checks import check_upstream
 from tools.patchtool.upstream_check.config import load_checks

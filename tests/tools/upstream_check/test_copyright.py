@@ -7,9 +7,9 @@ import json
 import pytest
 
 from tests.tools.sandbox import TRAILERS, Sandbox
+from tools.patchtool.apply.apply import apply_upstream
 from tools.patchtool.cli import main
-from tools.patchtool.core.apply import apply_upstream
-from tools.patchtool.core.manifest import load_manifest
+from tools.patchtool.model.manifest import load_manifest
 from tools.patchtool.upstream_check.config import COPYRIGHT_RULES
 from tools.patchtool.upstream_check.copyright import copyright_findings, header_problem
 

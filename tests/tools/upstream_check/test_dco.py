@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tests.tools.sandbox import TRAILERS
 from tests.tools.upstream_check.hooks import SIGNOFF
-from tools.patchtool.core.series import parse_patch_text
+from tools.patchtool.model.series import parse_patch_text
 from tools.patchtool.upstream_check.dco import dco_findings
 
 

@@ -13,7 +13,7 @@ import pytest
 from tests.tools.sandbox import Sandbox, run, write
 from tests.tools.verify.test_upstream_proof import NEW_TEST, SUITES, UPSTREAM, _trailers
 from tools.patchtool.cli import main
-from tools.patchtool.core.manifest import load_manifest
+from tools.patchtool.model.manifest import load_manifest
 from tools.patchtool.rebase.on_main import replay_on_main
 
 THREE = "tests/unit/other/test_three.py"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tools.patchtool.core.test_suites import MAIN_RECORD_PATH
+from tools.patchtool.model.test_suites import MAIN_RECORD_PATH
 from tools.patchtool.verify.record import write_main_record
 
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tools.patchtool.core.series import parse_patch
+from tools.patchtool.model.series import parse_patch
 from tools.patchtool.verify.trees import compile_tree, reversed_tree
 
 

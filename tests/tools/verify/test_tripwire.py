@@ -13,10 +13,10 @@ import pytest
 
 from tests.support.cpu_load import cpu_burners, load_average
 from tests.tools.sandbox import REPO_ROOT, Sandbox, run, write
+from tools.patchtool.apply.apply import apply_upstream
 from tools.patchtool.commands.verify import render_table
-from tools.patchtool.core.apply import apply_upstream
-from tools.patchtool.core.manifest import load_manifest
-from tools.patchtool.core.series import FileDiff, Patch, parse_patch
+from tools.patchtool.model.manifest import load_manifest
+from tools.patchtool.model.series import FileDiff, Patch, parse_patch
 from tools.patchtool.verify.session import (
     Options,
     StackResult,

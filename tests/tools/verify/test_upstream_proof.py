@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from tests.tools.sandbox import Sandbox, run, write
+from tools.patchtool.apply.apply import apply_upstream
 from tools.patchtool.commands.verify import _failed, render_gate, render_upstream
-from tools.patchtool.core.apply import apply_upstream
-from tools.patchtool.core.manifest import load_manifest
-from tools.patchtool.core.series import parse_patch
-from tools.patchtool.core.test_suites import load_suites
 from tools.patchtool.errors import PatchToolError
+from tools.patchtool.model.manifest import load_manifest
+from tools.patchtool.model.series import parse_patch
+from tools.patchtool.model.test_suites import load_suites
 from tools.patchtool.verify.regression import cause
 from tools.patchtool.verify.session import Options, StackResult, verify_stack
 

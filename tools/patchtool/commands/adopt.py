@@ -14,10 +14,10 @@ import argparse
 from pathlib import Path
 
 from ..command import Command, root_of
-from ..core.lint import lint_all
-from ..core.manifest import load_manifest
-from ..core.series import RETIRED_DIR
 from ..errors import ExitCode, PatchToolError
+from ..lint.lint import lint_all
+from ..model.manifest import load_manifest
+from ..model.series import RETIRED_DIR
 from ..prs.adopt import adopt
 from ..prs.scan import default_gitdir
 

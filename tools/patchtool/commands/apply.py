@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 
+from ..apply.apply import Outcome, apply_upstream, wire_after_apply
 from ..command import Command, root_of
-from ..core.apply import Outcome, apply_upstream, wire_after_apply
-from ..core.manifest import Upstream, load_manifest
+from ..model.manifest import Upstream, load_manifest
 from ..outcomes import configure_common, each, report
 from ..source.nested_wiring import refuse_blocked
 

@@ -1,4 +1,4 @@
-"""`tools/patches check-pins [--json]`: are the pins one coherent stack (core/pin_check.py)?
+"""`tools/patches check-pins [--json]`: are the pins one coherent stack (source/pin_check.py)?
 
 Prints one line per relation and a verdict. Exit OK coherent, FAILED incoherent (ahead,
 behind, diverged, a violated version bound), NOT_VERIFIED partly unknown.
@@ -11,8 +11,8 @@ import json
 from dataclasses import asdict
 
 from ..command import Command, root_of
-from ..core.pin_check import check_pins, exit_code
 from ..errors import ExitCode
+from ..source.pin_check import check_pins, exit_code
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:

@@ -1,5 +1,5 @@
 """`tools/patches export [UPSTREAM...] [--check] [--allow-missing]`: the patched branch back
-into patch files (core/export.py), or with --check a byte-for-byte comparison with them.
+into patch files (apply/export.py), or with --check a byte-for-byte comparison with them.
 
 Exit FAILED when --check finds a difference (the diff is printed), NOT_VERIFIED when a series
 could not be checked here (no patched branch, a proxy) unless --allow-missing, else OK.
@@ -11,13 +11,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..apply.export import diff_export, export_upstream, write_export
 from ..command import Command, root_of
-from ..core.checkout import BRANCH, BRANCH_REF, checkout_dir, is_repo
-from ..core.export import diff_export, export_upstream, write_export
-from ..core.git import rev
-from ..core.manifest import Upstream, load_manifest
-from ..core.series import SERIES_FILE, read_series
 from ..errors import ExitCode
+from ..git.git import rev
+from ..model.manifest import Upstream, load_manifest
+from ..model.series import SERIES_FILE, read_series
+from ..source.checkout import BRANCH, BRANCH_REF, checkout_dir, is_repo
 from ..source.detect import detect_source
 
 

@@ -1,5 +1,5 @@
 """`tools/patches lint [UPSTREAM...] [--json]`: one `file:line: message` per problem
-(core/lint.py); also the pre-commit hook. Exit FAILED on any problem, else OK ("lint: ok").
+(lint/lint.py); also the pre-commit hook. Exit FAILED on any problem, else OK ("lint: ok").
 """
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import argparse
 import json
 
 from ..command import Command, root_of
-from ..core.lint import lint_all
-from ..core.manifest import load_manifest
 from ..errors import ExitCode
+from ..lint.lint import lint_all
+from ..model.manifest import load_manifest
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:

@@ -1,8 +1,8 @@
 """`tools/patches open-pr PATCH [--stack] [--push]`: the upstream PR a contributor would open
-by hand, from a patch (core/pull_request.py): the commit authored and signed off by you, the
+by hand, from a patch (pr/pull_request.py): the commit authored and signed off by you, the
 body the upstream's PR template filled in, and beside it the linked issue drafted from the
-upstream's issue template (core/linked_issue.py). For base main a patch's port onto main
-(patches/<Upstream>/main/, core/ports.py) is opened in its place. Prints the branch, the port
+upstream's issue template (pr/linked_issue.py). For base main a patch's port onto main
+(patches/<Upstream>/main/, model/ports.py) is opened in its place. Prints the branch, the port
 used, title, body file, issue draft, notes and the push/gh commands; with --push opens the
 issue first (its URL into `Bug:` and the body), runs them and records
 `Upstream-Status: submitted <URL>`. Before any of it, the upstream PRs on the patch's lines are read (prs/scan.py, from
@@ -19,9 +19,9 @@ import sys
 from pathlib import Path
 
 from ..command import Command, root_of
-from ..core.pr_sources import BRANCH_PREFIX
-from ..core.pull_request import PullRequest, open_pr
 from ..errors import ExitCode, PatchToolError
+from ..pr.pr_sources import BRANCH_PREFIX
+from ..pr.pull_request import PullRequest, open_pr
 from ..prs.history import OPEN
 from ..prs.lines import NEARBY, SAME_FIX
 from ..prs.scan import run_scan

@@ -10,10 +10,13 @@ import json
 import shlex
 
 from ..command import Command, root_of
-from ..core.manifest import (
+from ..errors import ExitCode, PatchToolError
+from ..model.manifest import (
     short,
 )
-from ..core.pin_check import (
+from ..rebase.pin import parse_proxies, run_pin
+from ..rebase.report import table
+from ..source.pin_check import (
     AHEAD,
     BEHIND,
     DIVERGED,
@@ -22,9 +25,6 @@ from ..core.pin_check import (
     check_pins,
     exit_code,
 )
-from ..errors import ExitCode, PatchToolError
-from ..rebase.pin import parse_proxies, run_pin
-from ..rebase.report import table
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:

@@ -10,9 +10,9 @@ import argparse
 from pathlib import Path
 
 from ..command import Command, root_of
-from ..core.manifest import short
-from ..core.ports import PORT_BASE
 from ..errors import ExitCode, PatchToolError
+from ..model.manifest import short
+from ..model.ports import PORT_BASE
 from ..rebase.port import CONFLICT, KEPT, NOT_NEEDED, PortResult, make_port, resume_port
 
 

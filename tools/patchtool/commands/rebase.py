@@ -11,8 +11,8 @@ import shlex
 from pathlib import Path
 
 from ..command import Command, root_of
-from ..core.manifest import load_manifest
 from ..errors import ExitCode, PatchToolError
+from ..model.manifest import load_manifest
 from ..rebase.bases import AUTO, MODES, describe
 from ..rebase.flow import REPORT_DIR, run_rebase
 from ..rebase.report import table

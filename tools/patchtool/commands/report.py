@@ -19,9 +19,9 @@ from datetime import date
 from pathlib import Path
 
 from ..command import Command, root_of
-from ..core.git import git_text
-from ..core.manifest import Upstream, load_manifest
 from ..errors import ExitCode, PatchToolError
+from ..git.git import git_text
+from ..model.manifest import Upstream, load_manifest
 from ..prs.scan import cell, run_scan
 from ..rebase.bases import GIT
 from ..rebase.feeder import FeederResult

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 
+from ..apply.apply import reset_upstream, unwire_after_reset
 from ..command import Command, root_of
-from ..core.apply import reset_upstream, unwire_after_reset
-from ..core.manifest import load_manifest
+from ..model.manifest import load_manifest
 from ..outcomes import configure_common, each, report
 
 

@@ -11,8 +11,8 @@ import shlex
 import sys
 
 from ..command import Command, root_of
-from ..core.manifest import Upstream, load_manifest, short
 from ..errors import ExitCode
+from ..model.manifest import Upstream, load_manifest, short
 from ..rebase.engine import TripwireHook
 from ..rebase.report import table
 from ..rebase.roll import (

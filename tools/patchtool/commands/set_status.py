@@ -1,5 +1,5 @@
 """`tools/patches set-status PATCH KIND [DETAIL]`: record a patch's Upstream-Status in the patch
-file and, when applied, in branch `patched` (core/patch_status.py). Prints what changed.
+file and, when applied, in branch `patched` (pr/patch_status.py). Prints what changed.
 """
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from ..command import Command, root_of
-from ..core.patch_status import set_status
+from ..pr.patch_status import set_status
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:

@@ -1,5 +1,5 @@
 """`tools/patches status [UPSTREAM...] [--json]`: per upstream the pin, the source kind, the
-patches applied and HEAD's state (core/state.py), and its nested wiring (source/nested_wiring.py:
+patches applied and HEAD's state (source/state.py), and its nested wiring (source/nested_wiring.py:
 which of its `[tool.uv.sources]` paths are linked to our checkouts). Reports only: exit OK.
 """
 
@@ -9,10 +9,10 @@ import argparse
 import json
 
 from ..command import Command, root_of
-from ..core.manifest import load_manifest
-from ..core.state import upstream_status
+from ..model.manifest import load_manifest
 from ..source.detect import MISSING
 from ..source.nested_wiring import link_line, wiring_status
+from ..source.state import upstream_status
 
 
 def _human(row: dict[str, object]) -> str:

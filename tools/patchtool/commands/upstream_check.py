@@ -11,8 +11,8 @@ import json
 from dataclasses import asdict
 
 from ..command import Command, root_of
-from ..core.manifest import load_manifest
 from ..errors import ExitCode, PatchToolError
+from ..model.manifest import load_manifest
 from ..source.detect import STANDIN
 from ..upstream_check.checks import check_upstream
 from ..upstream_check.model import CheckState, UpstreamReport

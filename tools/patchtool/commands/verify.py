@@ -29,8 +29,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..command import Command, root_of
-from ..core.manifest import Upstream, load_manifest
 from ..errors import ExitCode
+from ..model.manifest import Upstream, load_manifest
 from ..rebase.on_main import MainSeries, replay_on_main
 from ..verify.on_main import OnMain, verify_on_main
 from ..verify.pytest_run import venv_python

@@ -16,11 +16,11 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.git import format_patch, git, git_text, run
-from ..core.manifest import Upstream
-from ..core.series import RETIRED_DIR, SERIES_FILE, parse_patch, read_series
-from ..core.trailers import EVIDENCE_KEY, STATUS_KEY, adopted_origin, set_patch_trailer
 from ..errors import GitError, PatchToolError
+from ..git.git import format_patch, git, git_text, run
+from ..model.manifest import Upstream
+from ..model.series import RETIRED_DIR, SERIES_FILE, parse_patch, read_series
+from ..model.trailers import EVIDENCE_KEY, STATUS_KEY, adopted_origin, set_patch_trailer
 from . import diffs
 from .history import load_history, pull_refs
 

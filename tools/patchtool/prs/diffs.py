@@ -14,7 +14,7 @@ import json
 import re
 from pathlib import Path
 
-from ..core.git import git
+from ..git.git import git
 from .lines import Move, parse_moves
 
 CACHE_DIR = Path(".cache") / "patchtool" / "prs"

@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.git import git, git_text
 from ..errors import PatchToolError
+from ..git.git import git, git_text
 
 # Branches a PR may target: main, the feeder (given), release branches (Megatron's core_r0.18.0,
 # core_dev_r0.16.0, r0.4.0, release-v1.2, v0.3.x ...).

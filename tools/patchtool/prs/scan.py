@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.manifest import Upstream, load_manifest
-from ..core.series import load_series
 from ..errors import PatchToolError
+from ..model.manifest import Upstream, load_manifest
+from ..model.series import load_series
 from . import diffs
 from .history import (
     CLOSED,

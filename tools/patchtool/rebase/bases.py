@@ -15,10 +15,10 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from ..core.checkout import is_real_clone
-from ..core.git import git, git_text, git_timeout, rev
-from ..core.manifest import Upstream, short, version_for_tag
 from ..errors import PatchToolError
+from ..git.git import git, git_text, git_timeout, rev
+from ..model.manifest import Upstream, short, version_for_tag
+from ..source.checkout import is_real_clone
 from ..source.detect import probe_url
 from ..source.mirror import history_mirror
 from ..source.standin import Downloader, materialise_commit, pip_download

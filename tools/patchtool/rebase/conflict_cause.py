@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.git import git_ok, git_text, run
-from ..core.series import parse_patch_text
+from ..git.git import git_ok, git_text, run
+from ..model.series import parse_patch_text
 
 MOVED_BY, LACKS = "moved by", "lacks"
 MIN_SIGNIFICANT = 4  # a line of fewer non-blank characters (")", "else:") proves nothing
@@ -40,7 +40,7 @@ class Cause:
 
 
 def preimages(patch_text: str) -> list[tuple[str, tuple[str, ...]]]:
-    """(path, old-side lines) of every hunk of a format-patch (core/series.py's parser)."""
+    """(path, old-side lines) of every hunk of a format-patch (model/series.py's parser)."""
     patch = parse_patch_text(patch_text, Path("patch"))
     return [(f.path, tuple(h.old)) for f in patch.files for h in f.hunks]
 

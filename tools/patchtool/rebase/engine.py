@@ -26,9 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.git import git, git_text, patch_id, run
-from ..core.series import Patch, parse_patch_text
 from ..errors import PatchToolError
+from ..git.git import git, git_text, patch_id, run
+from ..model.series import Patch, parse_patch_text
 from .result import (
     CLEAN,
     CONFLICT,

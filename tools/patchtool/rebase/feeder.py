@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.manifest import Upstream
+from ..model.manifest import Upstream
 from .bases import history_repos
 from .conflict_cause import Cause, conflict_causes, repo_with
 from .result import CONFLICT, PatchResult

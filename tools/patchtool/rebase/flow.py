@@ -13,10 +13,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..core.git import git_ok
-from ..core.manifest import Upstream, load_manifest, short
-from ..core.series import SERIES_FILE, read_series
 from ..errors import PatchToolError
+from ..git.git import git_ok
+from ..model.manifest import Upstream, load_manifest, short
+from ..model.series import SERIES_FILE, read_series
 from ..source.standin import Downloader, pip_download
 from .bases import AUTO, history_repos, resolve_bases
 from .engine import STATE_FILE, TripwireHook, rebase_series, resume_series

@@ -1,5 +1,5 @@
 """The series as its PRs open on the upstream's `main`: every patch's port onto main
-(core/ports.py), else its pin patch, applied in series order on the resolved `main`.
+(model/ports.py), else its pin patch, applied in series order on the resolved `main`.
 
 Why: `verify --on main` proves each patch's upstream test where its PR goes, not only on our
 pin. The replay is index-only (`git apply --cached`, `write-tree`, `commit-tree`) in a scratch
@@ -16,11 +16,11 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.git import git, git_text, run
-from ..core.manifest import Upstream
-from ..core.ports import PORT_BASE, find_port
-from ..core.series import Patch, SeriesEntry, load_series, parse_patch
 from ..errors import PatchToolError
+from ..git.git import git, git_text, run
+from ..model.manifest import Upstream
+from ..model.ports import PORT_BASE, find_port
+from ..model.series import Patch, SeriesEntry, load_series, parse_patch
 from ..source.partial import ABSENT_KEY, absent_paths
 from .bases import history_repos, resolve_ref
 from .scratch import create_scratch, remove_scratch

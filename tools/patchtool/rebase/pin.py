@@ -23,7 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.manifest import (
+from ..errors import PatchToolError
+from ..model.manifest import (
     MANIFEST_PATH,
     Manifest,
     Upstream,
@@ -31,12 +32,11 @@ from ..core.manifest import (
     short,
     version_for_tag,
 )
-from ..core.pin_check import (
+from ..source.nearest import choose_proxy, release_at, tag_of
+from ..source.pin_check import (
     nested_gitlinks,
     norm_url,
 )
-from ..errors import PatchToolError
-from ..source.nearest import choose_proxy, release_at, tag_of
 from ..source.standin import Downloader, pip_download
 from .bases import GIT, history_repos, resolve_bases, resolve_git
 from .engine import TripwireHook, rebase_series

@@ -1,4 +1,4 @@
-"""`port PATCH`: (re)generate a patch's port onto the upstream's `main` (core/ports.py).
+"""`port PATCH`: (re)generate a patch's port onto the upstream's `main` (model/ports.py).
 
 The rebase machinery's scratch repository (rebase/scratch.py: the checkout's and the mirror's
 objects borrowed, only the touched files checked out) on the resolved `main`, with the ports
@@ -23,9 +23,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.git import format_patch, git, git_text
-from ..core.manifest import Upstream, load_manifest, short
-from ..core.ports import (
+from ..errors import PatchToolError
+from ..git.git import format_patch, git, git_text
+from ..model.manifest import Upstream, load_manifest, short
+from ..model.ports import (
     PORT_BASE,
     PORT_DIR,
     find_port,
@@ -34,8 +35,7 @@ from ..core.ports import (
     port_path,
     refuse_port,
 )
-from ..core.series import SERIES_FILE, parse_patch, read_series
-from ..errors import PatchToolError
+from ..model.series import SERIES_FILE, parse_patch, read_series
 from .bases import history_repos, resolve_ref
 from .scratch import (
     am_apply,

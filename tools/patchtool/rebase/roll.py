@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.git import git, git_text, run
-from ..core.manifest import MANIFEST_PATH, Manifest, Upstream, load_manifest, short
 from ..errors import PatchToolError
+from ..git.git import git, git_text, run
+from ..model.manifest import MANIFEST_PATH, Manifest, Upstream, load_manifest, short
 from ..source.detect import probe_url
 from .engine import TripwireHook
 from .flow import REPORT_DIR, finish

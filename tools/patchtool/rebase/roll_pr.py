@@ -13,9 +13,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ..core.git import git_text, run
-from ..core.manifest import short
 from ..errors import PatchToolError
+from ..git.git import git_text, run
+from ..model.manifest import short
 from .roll import TOP, RollPlan, commit_message
 
 

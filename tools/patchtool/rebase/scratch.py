@@ -12,9 +12,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ..core.git import git, git_bytes, git_text, patch_ids, rev, run
-from ..core.series import Patch
 from ..errors import PatchToolError
+from ..git.git import git, git_bytes, git_text, patch_ids, rev, run
+from ..model.series import Patch
 
 
 def create_scratch(scratch: Path, object_sources: list[Path]) -> None:

@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.git import format_patch, git
-from ..core.manifest import MANIFEST_PATH, Upstream, set_pin, short, version_for_tag
-from ..core.series import RETIRED_DIR, SERIES_FILE
-from ..core.trailers import EVIDENCE_KEY, STATUS_KEY, set_patch_trailer
 from ..errors import PatchToolError
+from ..git.git import format_patch, git
+from ..model.manifest import MANIFEST_PATH, Upstream, set_pin, short, version_for_tag
+from ..model.series import RETIRED_DIR, SERIES_FILE
+from ..model.trailers import EVIDENCE_KEY, STATUS_KEY, set_patch_trailer
 from ..source.nearest import release_at, tag_of
 from .result import UPSTREAMED, PatchResult, RebaseResult
 

@@ -9,7 +9,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from ..core.checkout import (
+from ..errors import GitError, PatchToolError
+from ..git.git import git, git_text, git_timeout, rev
+from ..model.manifest import Upstream
+from .checkout import (
     PIN_REF,
     checkout_dir,
     cloned_from,
@@ -19,9 +22,6 @@ from ..core.checkout import (
     record_cloned_from,
     standin_spec,
 )
-from ..core.git import git, git_text, git_timeout, rev
-from ..core.manifest import Upstream
-from ..errors import GitError, PatchToolError
 from .mirror import mirror_repo
 from .partial import absent_note, checkout_partial
 from .standin import Downloader, materialise_standin, pip_download, spec_of

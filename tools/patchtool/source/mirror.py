@@ -5,7 +5,7 @@ in for the submodule URLs, for this run only.
 holds its pinned commit, git's own `url.<DIR>/<name>.git.insteadOf=<manifest url>` (plus
 `protocol.file.allow=always`, which submodule clones of a local path need) is put on every git
 call of this process through `GIT_CONFIG_COUNT`/`GIT_CONFIG_KEY_n`/`GIT_CONFIG_VALUE_n`
-(core/git.py): nothing is written to any config file. An upstream whose mirror is absent or
+(git/git.py): nothing is written to any config file. An upstream whose mirror is absent or
 lacks the pin (after a pin moved) is left alone: it falls back exactly as without a mirror.
 
 A mirror repository with its full history (not shallow) also lends its objects to the
@@ -22,9 +22,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.git import git_ok, git_text, set_session_config
-from ..core.manifest import Manifest
 from ..errors import PatchToolError
+from ..git.git import git_ok, git_text, set_session_config
+from ..model.manifest import Manifest
 
 ENV_VAR = "PATCHTOOL_MIRROR_DIR"  # cli.py spells it too (no import before it is needed)
 

@@ -17,9 +17,9 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..core.git import git_text
-from ..core.manifest import Upstream, tag_for_version, version_for_tag
 from ..errors import PatchToolError
+from ..git.git import git_text
+from ..model.manifest import Upstream, tag_for_version, version_for_tag
 from ..source.standin import STANDIN_CACHE, Downloader, pip_download, read_archive
 
 _SKIP_RE = re.compile(r"(^|/)__pycache__/|\.pyc$|\.egg-info/")

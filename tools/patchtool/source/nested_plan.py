@@ -14,9 +14,9 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from ..core.checkout import checkout_dir, is_repo
-from ..core.manifest import Manifest, Upstream
 from ..errors import PatchToolError
+from ..model.manifest import Manifest, Upstream
+from .checkout import checkout_dir, is_repo
 
 _LOCK_SOURCE = re.compile(r'^source = \{ (?:editable|directory|path) = "([^"]+)" \}$')
 

@@ -30,10 +30,10 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..core.checkout import WIRED_FETCH_KEY, WIRED_KEY, checkout_dir, is_repo, standin_spec
-from ..core.git import git, git_text
-from ..core.manifest import Manifest, Upstream
 from ..errors import PatchToolError
+from ..git.git import git, git_text
+from ..model.manifest import Manifest, Upstream
+from .checkout import WIRED_FETCH_KEY, WIRED_KEY, checkout_dir, is_repo, standin_spec
 from .nested_plan import Link, host_links, uv_path_sources
 
 # The states of one link (its `state` in status --json).

@@ -14,10 +14,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from ..core.checkout import checkout_dir, record_cloned_from
-from ..core.git import git, git_text
-from ..core.manifest import Upstream
 from ..errors import PatchToolError
+from ..git.git import git, git_text
+from ..model.manifest import Upstream
+from .checkout import checkout_dir, record_cloned_from
 
 ABSENT_KEY = "patchtool.absentPaths"  # the paths left out, one line of the checkout's config
 

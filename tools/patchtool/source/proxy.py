@@ -22,10 +22,10 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..core.git import git, git_text
-from ..core.manifest import Upstream
-from ..core.series import Patch, SeriesEntry
 from ..errors import GitError
+from ..git.git import git, git_text
+from ..model.manifest import Upstream
+from ..model.series import Patch, SeriesEntry
 
 IDENTICAL, DIFFERS, NOT_VERIFIED = "identical", "differs", "not-verified"
 LABEL_IDENTICAL = "verified on proxy, pre-image identical to pin"

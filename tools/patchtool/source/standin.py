@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
-from ..core.checkout import PIN_REF, STANDIN_KEY, checkout_dir
-from ..core.git import git, git_text
-from ..core.manifest import Standin, Upstream
 from ..errors import PatchToolError
+from ..git.git import git, git_text
+from ..model.manifest import Standin, Upstream
+from .checkout import PIN_REF, STANDIN_KEY, checkout_dir
 
 STANDIN_CACHE = Path(".cache") / "standins"
 # A stand-in commit is identical on every machine: fixed identity and date (2000-01-01 UTC).

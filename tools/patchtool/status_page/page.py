@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..core.manifest import load_manifest
+from ..model.manifest import load_manifest
 from .live import Measurement, carried, previous
 from .render import json_document, markdown
 from .rows import PatchRow, series_rows

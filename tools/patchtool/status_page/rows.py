@@ -11,12 +11,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.git import git_text
-from ..core.manifest import Upstream
-from ..core.ports import find_port
-from ..core.series import load_series
-from ..core.trailers import STATUS_KEY
 from ..errors import PatchToolError
+from ..git.git import git_text
+from ..model.manifest import Upstream
+from ..model.ports import find_port
+from ..model.series import load_series
+from ..model.trailers import STATUS_KEY
 
 _PR_RE = re.compile(r"https://github\.com/([\w.-]+/[\w.-]+)/pull/(\d+)")
 
@@ -36,7 +36,7 @@ class PatchRow:
     first_carried: str  # YYYY-MM-DD of the commit that added the file, "" when uncommitted
     test: str
     sha256: str  # of the patch file: a measurement is reused only for the same bytes
-    port_sha256: str = ""  # of its port onto main (core/ports.py), "" when it has none
+    port_sha256: str = ""  # of its port onto main (model/ports.py), "" when it has none
 
     @property
     def key(self) -> tuple[str, str]:

@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..core.test_suites import MAIN_RECORD_PATH as MAIN_RECORD
-from ..core.test_suites import RECORD_PATH, load_suites
+from ..model.test_suites import MAIN_RECORD_PATH as MAIN_RECORD
+from ..model.test_suites import RECORD_PATH, load_suites
 
 INTRO = """## Upstream tests and the regression gate
 

@@ -20,12 +20,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from ..core.checkout import checkout_dir, dirty_files
-from ..core.git import format_patch, git_bytes, git_ok, git_text, patch_id
-from ..core.manifest import Upstream
-from ..core.series import Patch, load_series
-from ..core.trailers import adopted_pr
 from ..errors import PatchToolError
+from ..git.git import format_patch, git_bytes, git_ok, git_text, patch_id
+from ..model.manifest import Upstream
+from ..model.series import Patch, load_series
+from ..model.trailers import adopted_pr
+from ..source.checkout import checkout_dir, dirty_files
 from ..source.detect import MISSING, detect_source
 from .config import load_checks
 from .copyright import copyright_findings, copyright_rule, patch_year

@@ -10,8 +10,8 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from ..core.manifest import Upstream
 from ..errors import PatchToolError
+from ..model.manifest import Upstream
 from ..source.detect import STANDIN, Source
 from .model import (
     BLACK,

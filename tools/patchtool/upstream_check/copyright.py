@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from email.utils import parsedate_to_datetime
 
-from ..core.series import Patch
+from ..model.series import Patch
 from .config import COPYRIGHT_RULES
 from .model import COPYRIGHT, CopyrightRule, Finding
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..core.manifest import Upstream
-from ..core.series import Patch
+from ..model.manifest import Upstream
+from ..model.series import Patch
 from ..source.detect import STANDIN, Source
 from .model import Finding
 

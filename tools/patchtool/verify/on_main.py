@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.checkout import checkout_dir
-from ..core.manifest import Upstream
-from ..core.series import Patch, SeriesEntry
-from ..core.test_suites import UpstreamSuite, load_suites
+from ..model.manifest import Upstream
+from ..model.series import Patch, SeriesEntry
+from ..model.test_suites import UpstreamSuite, load_suites
+from ..source.checkout import checkout_dir
 from .states import VerifyState, run_states
 from .tripwire import import_roots
 from .upstream_proof import SuitePlan, UpstreamProof, fold_suite, plan_suite

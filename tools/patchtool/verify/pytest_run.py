@@ -16,8 +16,8 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.test_suites import UpstreamSuite
 from ..errors import PatchToolError
+from ..model.test_suites import UpstreamSuite
 
 PASSED, FAILED, SKIPPED, NOT_RUN = "passed", "failed", "skipped", "not-run"
 INVALID = "invalid"  # the state did not run on exactly its trees: it proves nothing

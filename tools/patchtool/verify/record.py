@@ -14,9 +14,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..core.manifest import load_manifest
-from ..core.ports import find_port
-from ..core.test_suites import MAIN_RECORD_PATH, RECORD_PATH
+from ..model.manifest import load_manifest
+from ..model.ports import find_port
+from ..model.test_suites import MAIN_RECORD_PATH, RECORD_PATH
 
 if TYPE_CHECKING:
     from .session import StackResult

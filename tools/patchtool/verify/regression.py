@@ -16,7 +16,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ..core.series import Patch
+from ..model.series import Patch
 from .pytest_run import FAILED, NOT_RUN, PASSED, SKIPPED, Outcomes
 from .states import VerifyState
 from .upstream_proof import SuitePlan

@@ -16,8 +16,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.manifest import Upstream
-from ..core.test_suites import UpstreamSuite, load_suites
+from ..model.manifest import Upstream
+from ..model.test_suites import UpstreamSuite, load_suites
 from . import state_cache
 from .baseline_round import BaselineRound
 from .regression import Gate, attribute, attribution_states, gate_of

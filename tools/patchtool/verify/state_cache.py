@@ -35,11 +35,11 @@ import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..core.checkout import checkout_dir, dirty_files, is_repo, series_digest
-from ..core.git import git_text
-from ..core.manifest import load_manifest
-from ..core.series import load_series
-from ..core.test_suites import UpstreamSuite
+from ..git.git import git_text
+from ..model.manifest import load_manifest
+from ..model.series import load_series
+from ..model.test_suites import UpstreamSuite
+from ..source.checkout import checkout_dir, dirty_files, is_repo, series_digest
 from .pytest_run import UPSTREAM_CPU_PLUGIN, Outcomes, upstream_pytest_args
 from .states import VerifyState
 

@@ -19,10 +19,10 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.series import Patch
-from ..core.test_suites import UpstreamSuite
 from ..errors import PatchToolError
 from ..interrupts import signals_interrupt
+from ..model.series import Patch
+from ..model.test_suites import UpstreamSuite
 from .baseline import PLUGIN, baseline_env, read_left_out
 from .forkclient import ForkServer
 from .forkserver import GUARD_EXIT, GUARD_VAR, REPORT_VAR

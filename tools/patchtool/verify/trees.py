@@ -13,9 +13,9 @@ import shutil
 import tarfile
 from pathlib import Path
 
-from ..core.git import git, git_bytes
-from ..core.series import Patch
 from ..errors import GitError, PatchToolError
+from ..git.git import git, git_bytes
+from ..model.series import Patch
 from ..source.partial import recorded_absent_paths
 from .pytest_run import run_killable
 

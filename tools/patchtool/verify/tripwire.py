@@ -32,14 +32,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.checkout import checkout_dir, dirty_files
-from ..core.manifest import Upstream
-from ..core.series import Patch, SeriesEntry, load_series
-from ..core.state import upstream_status
-from ..core.test_suites import UpstreamSuite
 from ..errors import PatchToolError
+from ..model.manifest import Upstream
+from ..model.series import Patch, SeriesEntry, load_series
+from ..model.test_suites import UpstreamSuite
+from ..source.checkout import checkout_dir, dirty_files
 from ..source.detect import MISSING, STANDIN, Source, detect_source
 from ..source.proxy import check_series, proxy_name
+from ..source.state import upstream_status
 from .pytest_run import FAILED, INVALID, NOT_RUN, PASSED, SKIPPED, Outcomes, run_pytest
 from .states import VerifyState
 from .trees import full_tree, tree_env

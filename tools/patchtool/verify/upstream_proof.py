@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.series import Patch, SeriesEntry, parse_depends
-from ..core.test_suites import UpstreamSuite, upstream_tests
 from ..errors import PatchToolError
+from ..model.series import Patch, SeriesEntry, parse_depends
+from ..model.test_suites import UpstreamSuite, upstream_tests
 from .pytest_run import FAILED, INVALID, PASSED, SKIPPED, Outcomes
 from .states import VerifyState
 

@@ -1,0 +1,1 @@
+"""Tests of tools/patchtool/apply/ (same layout as the package)."""

@@ -1,1 +1,0 @@
-"""Tests of tools/patchtool/core/ (same layout as the package)."""

@@ -1,0 +1,1 @@
+"""Tests of tools/patchtool/git/ (same layout as the package)."""

@@ -1,0 +1,1 @@
+"""Tests of tools/patchtool/model/ (same layout as the package)."""

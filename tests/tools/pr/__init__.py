@@ -1,0 +1,1 @@
+"""Tests of tools/patchtool/pr/ (same layout as the package)."""

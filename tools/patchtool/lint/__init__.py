@@ -1,0 +1,1 @@
+"""`lint` (lint.py): series/patch consistency, trailers, tripwire tests, path safety, gitlink pins."""
