@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mcore_grpo.grpo.config.config_loader import load_config
+from mcore_grpo.config.loader import load_config
 from mcore_grpo.grpo.driver.loop import GRPOLoop
 from mcore_grpo.grpo.policy_model.hf_model import resolve_model
 from mcore_grpo.grpo.ranks.messages import TaskTokens

@@ -35,8 +35,8 @@ import torch
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "integration"))
 
+from mcore_grpo.config.loader import load_config  # noqa: E402
 from mcore_grpo.grpo.algorithm.loss import worker_default_loss  # noqa: E402
-from mcore_grpo.grpo.config.config_loader import load_config  # noqa: E402
 from mcore_grpo.grpo.ranks.messages import TaskTokens  # noqa: E402
 from mcore_grpo.grpo.ranks.worker_settings import worker_config  # noqa: E402
 from mcore_grpo.worker.config import ModelConfig, WorkerConfig  # noqa: E402

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from mcore_grpo.grpo.config.config_loader import load_config
+from mcore_grpo.config.loader import load_config
 from mcore_grpo.grpo.driver.loop import GRPOLoop
 from mcore_grpo.grpo.ranks.messages import TaskTokens
 from mcore_grpo.grpo.ranks.runner import RayRunner

@@ -263,7 +263,7 @@ def _setup(args: argparse.Namespace, work: Path) -> tuple[Any, Any]:
     import torch
 
     torch.set_num_threads(args.threads)
-    from mcore_grpo.grpo.config.config_loader import load_config
+    from mcore_grpo.config.loader import load_config
     from mcore_grpo.grpo.policy_model.hf_model import resolve_model
     from mcore_grpo.grpo.tasks.math_task import make_task
 
@@ -761,7 +761,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     sides = ("ours", "trl") if args.side == "both" else (args.side,)
     load = os.getloadavg()
     results = {side: _run_side(side, args) for side in sides}
-    from mcore_grpo.grpo.config.config_loader import load_config
+    from mcore_grpo.config.loader import load_config
 
     config = load_config(PRESET, None, bench_overrides(args))
     print(

@@ -112,7 +112,7 @@ def entry(run: Path, note: str) -> dict[str, Any]:
 
 def preset_config(overrides: list[str]) -> dict[str, Any]:
     """The preset with `overrides`, resolved by the config loader, as plain data."""
-    from mcore_grpo.grpo.config.config_loader import dump_yaml, load_config
+    from mcore_grpo.config.loader import dump_yaml, load_config
 
     return yaml.safe_load(dump_yaml(load_config(PRESET, None, overrides)))
 

@@ -11,8 +11,9 @@ integration/mcore_grpo: modules <= 450 lines, functions (methods and nested ones
 lines, except in a module that is a carried patch's file kept byte for byte (PATCH_COPIES: its
 functions are split in the patch); in tools/patchtool each folder (and each top-level module) is
 in one layer of the table below, a module in its folder's, and imports point down the table (in
-the domain layer only inside the same folder); in integration the worker imports neither
-`grpo` nor the drivers, and no modules import one another in a circle (every import counts,
+the domain layer only inside the same folder); in integration each top-level package is in one
+layer of INTEGRATION_LAYERS (entry, driver, engine, worker, config) and imports point down, and
+no modules import one another in a circle (every import counts,
 also one inside a function: a lazy import hides a cycle, it does not break it). The check also
 fails when docs/layers.md is not what `--write-diagram` would write.
 Standard library only (tools/ runs before any environment exists).
@@ -51,9 +52,17 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 # The layer whose folders (apply, pr, rebase, verify, ...) do not import one another: each is
 # one concern the commands combine.
 SEPARATE = "domain"
-# integration/mcore_grpo: packages the worker must not import (it is the lower layer).
-WORKER = "worker"
-ABOVE_WORKER = ("grpo", "nemo_rl_driver", "cli")
+# integration/mcore_grpo, top to bottom: (layer, top-level packages and modules). Imports point
+# down or stay inside a layer: the entry points and test/doc tooling use everything; the NeMo-RL
+# driver drives the engine's pieces; the engine (`grpo`) drives the worker; the worker knows
+# only the config it is given.
+INTEGRATION_LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("entry", ("cli", "models", "upstream_cpu", "upstream_cpu_causes", "upstream_nemo_rl")),
+    ("driver", ("nemo_rl_driver",)),
+    ("engine", ("grpo",)),
+    ("worker", ("worker",)),
+    ("config", ("config", "presets", "run_output")),
+]
 # integration/mcore_grpo modules that are the file a carried patch adds, kept byte for byte
 # (tests/patches/nemo_rl/test_nccl_offload_copy_in_sync.py): module -> the patch. Their long
 # functions are listed, not breaches: splitting one means editing, re-exporting and
@@ -201,20 +210,45 @@ def check_integration(report: Report) -> None:
             dep = resolve(target, set(files))
             if dep is not None and dep != name:
                 graph[name].setdefault(dep, line)
-        if not name.startswith(WORKER + "."):
-            continue
-        for target, line in targets:
-            if target.split(".")[0] in ABOVE_WORKER:
-                report.breaches.append(
-                    f"{rel}:{line}: the worker imports mcore_grpo.{target}; pass it in as an "
-                    "argument or move the contract below the worker"
-                )
+        _check_integration_layers(report, name, rel, targets)
     for cycle in import_cycles(graph):
         path = " -> ".join(f"{a}:{graph[a][b]}" for a, b in itertools.pairwise(cycle))
         report.breaches.append(
             f"{INTEGRATION.relative_to(ROOT)}: import cycle {path} -> {cycle[-1]} (module:line "
             "of each import); move what both need to the module it belongs to"
         )
+
+
+def integration_layer(module: str) -> int | None:
+    """The index in INTEGRATION_LAYERS of `module` (a name under mcore_grpo), by its top-level
+    package; None where no layer holds it."""
+    top = module.split(".")[0]
+    for index, (_, members) in enumerate(INTEGRATION_LAYERS):
+        if top in members:
+            return index
+    return None
+
+
+def _check_integration_layers(
+    report: Report, name: str, rel: str, targets: list[tuple[str, int]]
+) -> None:
+    """Breaches of INTEGRATION_LAYERS by `name`'s imports (an import of a layer above it)."""
+    own = integration_layer(name) if name else None
+    if own is None:
+        if name:  # the package's own __init__ is in no layer
+            report.breaches.append(
+                f"{rel}: mcore_grpo.{name.split('.')[0]} is in no layer; add it to "
+                "INTEGRATION_LAYERS in tools/check_layers.py"
+            )
+        return
+    for target, line in targets:
+        layer = integration_layer(target)
+        if layer is not None and layer < own:
+            report.breaches.append(
+                f"{rel}:{line}: {INTEGRATION_LAYERS[own][0]} module mcore_grpo.{name} imports "
+                f"mcore_grpo.{target} ({INTEGRATION_LAYERS[layer][0]}, a layer above it); pass "
+                "it in as an argument or move what both need down"
+            )
 
 
 def import_cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
@@ -284,8 +318,10 @@ def diagram(report: Report) -> str:
         "one folder. An arrow is `importer --> imported`, labelled with the number of import",
         "statements.",
         "",
-        "integration/mcore_grpo (not drawn): the worker imports neither `grpo` nor the drivers,",
-        "and no modules import one another in a circle, counting imports inside functions.",
+        "integration/mcore_grpo (not drawn), top to bottom: "
+        + " -> ".join(f"{layer} ({', '.join(members)})" for layer, members in INTEGRATION_LAYERS)
+        + "; imports point down or stay inside a layer, and no modules import one another in a",
+        "circle, counting imports inside functions.",
         "",
         "| layer | folders | modules |",
         "|---|---|---|",

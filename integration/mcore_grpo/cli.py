@@ -25,10 +25,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mcore_grpo.config.loader import DEFAULT_PRESET, load_config, preset_names
+from mcore_grpo.config.schema import ConfigError, RunConfig, unused_settings
 from mcore_grpo.grpo.cluster import placement
 from mcore_grpo.grpo.cluster.placement import PlacementError
-from mcore_grpo.grpo.config.config_loader import DEFAULT_PRESET, load_config, preset_names
-from mcore_grpo.grpo.config.schema import ConfigError, RunConfig, unused_settings
 from mcore_grpo.grpo.driver.checkpoint import CheckpointError, latest_step
 from mcore_grpo.grpo.driver.dry_run import check_layout
 from mcore_grpo.grpo.driver.metrics import summarize
@@ -401,8 +401,8 @@ def run_dry(args: argparse.Namespace, config: RunConfig) -> int:
 
 def run_nemo_rl_driver(args: argparse.Namespace, config: RunConfig, output_dir: Path) -> int:
     """``--driver nemo-rl``: NeMo-RL's grpo_train; exit 2 (one line) where NeMo-RL is absent."""
+    from mcore_grpo.grpo.nemo_rl.source import NemoRLUnavailable
     from mcore_grpo.nemo_rl_driver import driver
-    from mcore_grpo.nemo_rl_driver.source import NemoRLUnavailable
 
     if args.in_process:
         print("mcore-grpo: --in-process is not supported with --driver nemo-rl", file=sys.stderr)

@@ -38,7 +38,7 @@ the wait.
 Also: nemo_automodel 0.4.0's `lora_kernel` module raises at import under Triton 3.9 (this
 environment; NeMo-RL's CI has 3.8), which fails every NeMo-RL module that imports automodel. It
 is imported first on its own no-Triton path, as our NeMo-RL driver does
-(`mcore_grpo.nemo_rl_driver.automodel_compat`, which says why), in the test process and, through
+(`mcore_grpo.grpo.nemo_rl.automodel_compat`, which says why), in the test process and, through
 the cluster's `worker_process_setup_hook`, in every actor process: an actor of
 `tests/unit/models/policy` that imports `nemo_rl.models.policy.utils` died at import without it,
 and the full gate hung waiting for it.
@@ -52,12 +52,12 @@ from typing import Any
 
 import pytest
 
-from mcore_grpo.nemo_rl_driver.automodel_compat import prepare_automodel
+from mcore_grpo.grpo.nemo_rl.automodel_compat import prepare_automodel
 
 START_ATTEMPTS = 3
 PLACEMENT_RETRIES_VAR = "NRL_VIRTUAL_CLUSTER_MAX_RETRIES"
 PLACEMENT_RETRIES = "1"  # a private local cluster gains no nodes: one try says it all
-SETUP_HOOK = "mcore_grpo.nemo_rl_driver.automodel_compat.prepare_automodel"
+SETUP_HOOK = "mcore_grpo.grpo.nemo_rl.automodel_compat.prepare_automodel"
 _MARK = "_mcore_grpo_private_cluster"
 
 

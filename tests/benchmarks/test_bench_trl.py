@@ -9,7 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from mcore_grpo.grpo.config.config_loader import load_config
+from mcore_grpo.config.loader import load_config
 
 from benchmarks import bench_trl
 

@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 import pytest
-from mcore_grpo.nemo_rl_driver import source
+from mcore_grpo.grpo.nemo_rl import source
 from mcore_grpo.upstream_nemo_rl import (
     PLACEMENT_RETRIES_VAR,
     SETUP_HOOK,

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from mcore_grpo.nemo_rl_driver import source
+from mcore_grpo.grpo.nemo_rl import source
 
 F = TypeVar("F", bound=Callable[..., Any])
 

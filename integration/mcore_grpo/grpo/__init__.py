@@ -1,10 +1,8 @@
 """GRPO on the megatron-core policy worker: the driver, the ranks, and the maths between them.
 
-One sub-package per concern, read top to bottom as a step runs:
+One sub-package per concern, read top to bottom as a step runs (the run config they all read
+is the layer below, `mcore_grpo.config`):
 
-- `config`: the run config (`schema`: the dataclass tree with NeMo-RL's key names and
-  defaults; `config_loader`: YAML presets, files, ``key=value`` overrides; `nemo_rl_keys`: the
-  NeMo-RL keys read specially; `deadline`: ``checkpoint_must_save_by``);
 - `tasks`: what the policy is trained on and graded by (`task`: the built-in CPU tasks;
   `math_data`, `math_task`, `nemo_rl_math`: real math problems under NeMo-RL's prompt and
   verifier; `evaluation`, `hf_eval`: held-out accuracy);

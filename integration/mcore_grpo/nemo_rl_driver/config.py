@@ -4,7 +4,7 @@ Loaded the way ``examples/run_grpo.py`` loads it: `load_config` (``defaults:`` i
 of ``examples/configs/grpo_math_1B_megatron.yaml``, then Hydra ``key=value`` overrides through
 NeMo-RL's `parse_hydra_overrides`, resolved, validated as `MasterConfig`, and the generation
 section completed by `configure_generation_config` (pad id, EOS stop token). The overrides
-(`cpu_overrides`) carry every setting our run config (`mcore_grpo.grpo.config.schema.RunConfig`)
+(`cpu_overrides`) carry every setting our run config (`mcore_grpo.config.schema.RunConfig`)
 shares with NeMo-RL, so both drivers train the same problem with the same numbers; the rest
 switches off what needs a GPU cluster, a hub model or a dataset download (sequence packing,
 validation, GPU monitoring, wandb).
@@ -15,9 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mcore_grpo.grpo.config.schema import RunConfig
-from mcore_grpo.grpo.ranks.worker_settings import lr_schedule
-from mcore_grpo.nemo_rl_driver.source import require_nemo_rl
+from mcore_grpo.config.schedule import lr_schedule
+from mcore_grpo.config.schema import RunConfig
+from mcore_grpo.grpo.nemo_rl.source import require_nemo_rl
 
 EXAMPLE_CONFIG = Path("examples") / "configs" / "grpo_math_1B_megatron.yaml"
 

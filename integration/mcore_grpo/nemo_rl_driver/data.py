@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
+from mcore_grpo.grpo.nemo_rl.source import require_nemo_rl
 from mcore_grpo.grpo.tasks.math_task import MathTask
 from mcore_grpo.grpo.tasks.task import DigitAddTask, Problem
-from mcore_grpo.nemo_rl_driver.source import require_nemo_rl
 
 if TYPE_CHECKING:
     from nemo_rl.data.interfaces import DatumSpec, TaskDataProcessFnCallable, TaskDataSpec

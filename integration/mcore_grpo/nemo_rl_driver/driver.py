@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mcore_grpo.config.schema import RunConfig
 from mcore_grpo.grpo.cluster import placement
-from mcore_grpo.grpo.config.schema import RunConfig
-from mcore_grpo.nemo_rl_driver import source
+from mcore_grpo.grpo.nemo_rl import source
 from mcore_grpo.run_output import upstream_output
 
 log = logging.getLogger("mcore_grpo")

@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
+from mcore_grpo.grpo.nemo_rl.source import require_nemo_rl
 from mcore_grpo.grpo.tasks.task import build_task, build_tokenizer
 from mcore_grpo.nemo_rl_driver.data import row_problem
-from mcore_grpo.nemo_rl_driver.source import require_nemo_rl
 
 require_nemo_rl()
 

@@ -15,9 +15,9 @@ import asyncio
 from collections.abc import AsyncGenerator
 from typing import Any
 
+from mcore_grpo.grpo.nemo_rl.source import require_nemo_rl
 from mcore_grpo.nemo_rl_driver.coalescer import BatchCoalescer
 from mcore_grpo.nemo_rl_driver.policy import NemoRLPolicy, unsupported
-from mcore_grpo.nemo_rl_driver.source import require_nemo_rl
 
 require_nemo_rl()
 

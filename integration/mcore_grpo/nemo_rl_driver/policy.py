@@ -17,8 +17,8 @@ from typing import Any
 import torch
 
 from mcore_grpo.grpo.driver.loop import ReplicaLayout
+from mcore_grpo.grpo.nemo_rl.source import require_nemo_rl
 from mcore_grpo.grpo.ranks.runner import RayRunner
-from mcore_grpo.nemo_rl_driver.source import require_nemo_rl
 
 require_nemo_rl()
 

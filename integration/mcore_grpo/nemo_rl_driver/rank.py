@@ -17,10 +17,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from mcore_grpo.grpo.nemo_rl.source import require_nemo_rl
 from mcore_grpo.grpo.ranks.rank import PolicyRank
 from mcore_grpo.nemo_rl_driver.batches import generation_output, left_pad, worker_batch
 from mcore_grpo.nemo_rl_driver.loss import NemoRLLossSum, loss_level
-from mcore_grpo.nemo_rl_driver.source import require_nemo_rl
 
 # Before any NeMo-RL object reaches this process: Ray unpickles the BatchedDataDicts and the
 # loss function the driver sends only after importing this module.

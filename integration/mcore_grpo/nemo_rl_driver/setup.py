@@ -20,16 +20,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mcore_grpo.config.schema import ConfigError, RunConfig, check_data_parallel
 from mcore_grpo.grpo.cluster.local_ray import ADDRESS_ENV, start_local_ray, stop_local_ray
 from mcore_grpo.grpo.cluster.ray_import import before_ray_import
-from mcore_grpo.grpo.config.schema import ConfigError, RunConfig, check_data_parallel
+from mcore_grpo.grpo.nemo_rl.source import require_nemo_rl
 from mcore_grpo.grpo.ranks.messages import TaskTokens
 from mcore_grpo.grpo.ranks.runner import RayRunner
 from mcore_grpo.grpo.tasks.math_task import MathTask, make_task
 from mcore_grpo.grpo.tasks.task import DigitAddTask, Task
 from mcore_grpo.nemo_rl_driver.config import master_config
 from mcore_grpo.nemo_rl_driver.data import MATH_ENV, build_dataloader, build_math_dataloader
-from mcore_grpo.nemo_rl_driver.source import require_nemo_rl
 from mcore_grpo.nemo_rl_driver.tokenizer import task_tokenizer
 
 

@@ -7,7 +7,7 @@ from typing import Literal
 
 import torch
 
-from mcore_grpo.worker.lr_schedule import LRSchedule
+from mcore_grpo.config.schedule import LRSchedule
 
 LossLevel = Literal["token", "sequence"]
 

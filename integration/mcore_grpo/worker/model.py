@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from mcore_grpo.worker.config import WorkerConfig
+from mcore_grpo.worker.lr_schedule import build_scheduler
 
 log = logging.getLogger(__name__)
 
@@ -339,7 +340,7 @@ def build_policy(config: WorkerConfig) -> PolicyModel:
         transformer_config=tcfg,
         ddp=ddp,
         optimizer=optimizer,
-        scheduler=o.schedule.build(optimizer, o.lr) if o.schedule is not None else None,
+        scheduler=build_scheduler(o.schedule, optimizer, o.lr) if o.schedule is not None else None,
         layer_spec=spec,
         shared_prefix=shared_prefix,
     )

@@ -23,7 +23,7 @@ from mcore_grpo.worker.engine_lifecycle import (
 )
 from mcore_grpo.worker.generation import GenerationOutput, SamplingParams, generate
 from mcore_grpo.worker.logprobs import policy_token_logprobs
-from mcore_grpo.worker.lr_schedule import LRSchedule
+from mcore_grpo.worker.lr_schedule import lr_at
 from mcore_grpo.worker.memory.offload import (
     Offloader,
     OffloadReport,
@@ -134,7 +134,7 @@ class MegatronPolicyWorker:
         configured schedule); the learning rate it trains with. Without a schedule: `lr`."""
         if self.policy.scheduler is None:
             return self.config.optimizer.lr
-        return LRSchedule.at(self.policy.scheduler, completed_steps)
+        return lr_at(self.policy.scheduler, completed_steps)
 
     @_entry(T)
     def begin_train_step(self) -> None:

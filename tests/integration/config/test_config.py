@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 from mcore_grpo.cli import main
-from mcore_grpo.grpo.config.config_loader import load_config, preset_names
-from mcore_grpo.grpo.config.schema import ConfigError, check_data_parallel, unused_settings
+from mcore_grpo.config.loader import load_config, preset_names
+from mcore_grpo.config.schema import ConfigError, check_data_parallel, unused_settings
 from mcore_grpo.grpo.tasks.task import DigitAddTask, build_task, score_response
 
 

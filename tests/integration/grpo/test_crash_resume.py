@@ -132,7 +132,7 @@ def test_interrupt_ends_a_ray_run_within_seconds_on_a_loaded_machine(
 
 def _run_hf_in_process(out: Path, overrides: list[str], *, resume: bool = False) -> None:
     """cpu-hf-tiny in this process, as `mcore-grpo --in-process` runs it (no start-up cost)."""
-    from mcore_grpo.grpo.config.config_loader import load_config
+    from mcore_grpo.config.loader import load_config
     from mcore_grpo.grpo.driver.loop import GRPOLoop
     from mcore_grpo.grpo.policy_model.hf_model import resolve_model
     from mcore_grpo.grpo.ranks.messages import TaskTokens

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 from mcore_grpo.cli import main
-from mcore_grpo.grpo.config.config_loader import load_config, preset_names
-from mcore_grpo.grpo.config.schema import check_data_parallel
+from mcore_grpo.config.loader import load_config, preset_names
+from mcore_grpo.config.schema import check_data_parallel
 from mcore_grpo.grpo.ranks.messages import TaskTokens
 from mcore_grpo.grpo.ranks.worker_settings import worker_config
 from mcore_grpo.grpo.tasks.task import build_task

@@ -28,9 +28,10 @@ from typing import Any
 
 import pytest
 import torch
+from mcore_grpo.config.grpo import RewardShapingConfig
+from mcore_grpo.config.loss import ClippedPGLossConfig
 from mcore_grpo.grpo.algorithm.advantages import baseline_and_std, group_advantages
 from mcore_grpo.grpo.algorithm.loss import (
-    ClippedPGLossConfig,
     RecordingLossSum,
     calculate_kl,
     clipped_pg_loss,
@@ -38,7 +39,7 @@ from mcore_grpo.grpo.algorithm.loss import (
     masked_mean,
     metric_normalizers,
 )
-from mcore_grpo.grpo.algorithm.reward_shaping import RewardShapingConfig, shape_rewards
+from mcore_grpo.grpo.algorithm.reward_shaping import shape_rewards
 from mcore_grpo.grpo.driver.metrics import rollout_metrics
 from mcore_grpo.worker.batch import loss_mask, valid_count
 

@@ -108,7 +108,7 @@ def dataloader_and_environment() -> dict[str, Any]:
 
 def config_and_interfaces() -> dict[str, Any]:
     """The MasterConfig NeMo-RL validates; the adapter classes are concrete."""
-    from mcore_grpo.grpo.config.config_loader import load_config
+    from mcore_grpo.config.loader import load_config
     from mcore_grpo.nemo_rl_driver.config import master_config
     from mcore_grpo.nemo_rl_driver.generation import NemoRLGeneration
     from mcore_grpo.nemo_rl_driver.policy import UNSUPPORTED, NemoRLPolicy
@@ -173,7 +173,7 @@ def config_and_interfaces() -> dict[str, Any]:
 
 
 def main(out_path: str) -> None:
-    from mcore_grpo.nemo_rl_driver.source import check_importable
+    from mcore_grpo.grpo.nemo_rl.source import check_importable
 
     check_importable()
     result = {

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcore_grpo.nemo_rl_driver import source
+from mcore_grpo.grpo.nemo_rl import source
 
 pytestmark = [
     pytest.mark.nemo_rl,

@@ -8,7 +8,7 @@ transformers 5.8.1 with ONE exception, worked around here:
 
 - `nemo_automodel.components._peft.lora_kernel` raises at import under triton 3.9 (the version
   torch 2.15 requires); it is imported on its own no-triton path first, by the same function the
-  NeMo-RL driver uses: `mcore_grpo.nemo_rl_driver.automodel_compat` says why and how.
+  NeMo-RL driver uses: `mcore_grpo.grpo.nemo_rl.automodel_compat` says why and how.
 
 The worker module itself is imported under `heavy_import_stubs.stubbed_imports` with every stub
 except nemo_automodel: nemo_automodel's modules are imported first, against the real
@@ -21,7 +21,7 @@ import importlib
 import sys
 from types import ModuleType
 
-from mcore_grpo.nemo_rl_driver.automodel_compat import import_lora_kernel_without_triton
+from mcore_grpo.grpo.nemo_rl.automodel_compat import import_lora_kernel_without_triton
 
 from tests.patches.nemo_rl.heavy_import_stubs import STUBBED_PACKAGES, stubbed_imports
 

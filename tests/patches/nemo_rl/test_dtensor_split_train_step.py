@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcore_grpo.nemo_rl_driver.automodel_compat import automodel_installed
+from mcore_grpo.grpo.nemo_rl.automodel_compat import automodel_installed
 
 from tests.patches.nemo_rl.automodel_imports import MISSING_REASON
 from tests.support.python_process import run_ranks

@@ -339,7 +339,7 @@ def test_plugin_sources_follow_the_plugins_imports_within_mcore_grpo() -> None:
         "mcore_grpo/upstream_cpu.py",
         "mcore_grpo/upstream_cpu_causes.py",
         "mcore_grpo/worker/cpu.py",
-        "mcore_grpo/nemo_rl_driver/automodel_compat.py",
+        "mcore_grpo/grpo/nemo_rl/automodel_compat.py",
     } <= found
     assert "mcore_grpo/grpo/driver/loop.py" not in found  # not imported by the plugins
 

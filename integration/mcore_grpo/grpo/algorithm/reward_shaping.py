@@ -13,58 +13,10 @@ A response is *truncated* when it spent the token budget without sampling a stop
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
-
-@dataclass
-class RewardShapingConfig:
-    """``grpo.reward_shaping.*``, NeMo-RL's `RewardShapingConfig` keys and defaults.
-
-    With `stop_properly_penalty_coef` set, a truncated response's reward is multiplied by it
-    (0: no reward for a response that did not stop) and the DAPO keys are ignored; otherwise
-    DAPO's overlong penalty: ``min(-(length - (max_response_length - overlong_buffer_length))
-    / overlong_buffer_length * overlong_buffer_penalty, 0)`` is added to every reward.
-    """
-
-    enabled: bool = False
-    overlong_buffer_length: int | None = None
-    overlong_buffer_penalty: float | None = None
-    max_response_length: int | None = None
-    stop_properly_penalty_coef: float | None = None
-
-    def __post_init__(self) -> None:
-        coef = self.stop_properly_penalty_coef
-        if coef is not None and not 0 <= coef <= 1:
-            raise ValueError(
-                f"grpo.reward_shaping.stop_properly_penalty_coef={coef}: must be in [0, 1] "
-                "(0: a truncated response scores 0; 1: no penalty)"
-            )
-        if not self.enabled or coef is not None:
-            return
-        dapo = {
-            "overlong_buffer_length": self.overlong_buffer_length,
-            "overlong_buffer_penalty": self.overlong_buffer_penalty,
-            "max_response_length": self.max_response_length,
-        }
-        missing = [k for k, v in dapo.items() if v is None]
-        if missing:
-            raise ValueError(
-                "grpo.reward_shaping.enabled=true needs stop_properly_penalty_coef, or DAPO's "
-                f"overlong penalty: set grpo.reward_shaping.{missing[0]} "
-                f"(unset: {', '.join(missing)})"
-            )
-        if self.overlong_buffer_penalty is not None and self.overlong_buffer_penalty < 0:
-            raise ValueError(
-                f"grpo.reward_shaping.overlong_buffer_penalty={self.overlong_buffer_penalty}: "
-                "must be >= 0"
-            )
-        if self.overlong_buffer_length is not None and self.overlong_buffer_length <= 0:
-            raise ValueError(
-                f"grpo.reward_shaping.overlong_buffer_length={self.overlong_buffer_length}: "
-                "must be > 0 (it divides the excess length)"
-            )
+from mcore_grpo.config.grpo import RewardShapingConfig
 
 
 def truncated(responses: Sequence[Sequence[int]], stop_token_ids: Sequence[int]) -> torch.Tensor:

@@ -20,7 +20,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from mcore_grpo.grpo.config.schema import MATH_TASKS, ConfigError, RunConfig, check_data_parallel
+from mcore_grpo.config.schema import ConfigError, RunConfig, check_data_parallel
+from mcore_grpo.config.task import MATH_TASKS
 from mcore_grpo.grpo.policy_model.hf_model import TINY_HF_PREFIX, is_hf_model
 from mcore_grpo.grpo.ranks.messages import TaskTokens
 from mcore_grpo.grpo.ranks.worker_settings import worker_config

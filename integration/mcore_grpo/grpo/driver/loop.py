@@ -26,11 +26,11 @@ from typing import Any
 
 import torch
 
+from mcore_grpo.config.deadline import Deadline, must_save_by_seconds
+from mcore_grpo.config.loader import dump_yaml
+from mcore_grpo.config.schema import RunConfig, check_data_parallel
 from mcore_grpo.grpo.algorithm.advantages import group_advantages
 from mcore_grpo.grpo.algorithm.reward_shaping import loss_multipliers, shape_rewards, truncated
-from mcore_grpo.grpo.config.config_loader import dump_yaml
-from mcore_grpo.grpo.config.deadline import Deadline, must_save_by_seconds
-from mcore_grpo.grpo.config.schema import RunConfig, check_data_parallel
 from mcore_grpo.grpo.driver import checkpoint
 from mcore_grpo.grpo.driver.metrics import (
     MetricsWriter,

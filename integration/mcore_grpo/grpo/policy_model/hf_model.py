@@ -19,7 +19,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from mcore_grpo.grpo.config.schema import MATH_TASKS, ConfigError, RunConfig
+from mcore_grpo.config.schema import ConfigError, RunConfig
+from mcore_grpo.config.task import MATH_TASKS
 from mcore_grpo.grpo.policy_model.pretrained import resolve_pretrained
 from mcore_grpo.grpo.tasks.task import BOS, EOS, PAD, SYMBOLS, build_tokenizer
 from mcore_grpo.run_output import upstream_output

@@ -25,7 +25,7 @@ import socket
 import tempfile
 from pathlib import Path
 
-from mcore_grpo.grpo.config.schema import ConfigError
+from mcore_grpo.config.schema import ConfigError
 from mcore_grpo.run_output import upstream_output
 
 log = logging.getLogger("mcore_grpo")

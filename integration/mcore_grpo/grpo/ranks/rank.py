@@ -21,9 +21,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from mcore_grpo.config.schema import RunConfig
 from mcore_grpo.grpo.algorithm.loss import RecordingLossSum, metric_normalizers
 from mcore_grpo.grpo.cluster.placement import WorkerPlace
-from mcore_grpo.grpo.config.schema import RunConfig
 from mcore_grpo.grpo.ranks.messages import (
     GenerateResult,
     GroupSpec,

@@ -20,12 +20,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from mcore_grpo.config.schema import RunConfig
 from mcore_grpo.grpo.cluster import fault, placement
 from mcore_grpo.grpo.cluster.cluster_attach import attach
 from mcore_grpo.grpo.cluster.local_ray import start_local_ray, stop_local_ray
 from mcore_grpo.grpo.cluster.placement import NodeGroups, Placement, WorkerPlace, free_port
 from mcore_grpo.grpo.cluster.ray_import import before_ray_import
-from mcore_grpo.grpo.config.schema import RunConfig
 from mcore_grpo.grpo.ranks.messages import TaskTokens
 from mcore_grpo.grpo.ranks.rank import PolicyRank
 from mcore_grpo.run_output import upstream_output

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from mcore_grpo.grpo.algorithm.loss import ClippedPGLossConfig, calculate_kl
+from mcore_grpo.config.loss import ClippedPGLossConfig
+from mcore_grpo.grpo.algorithm.loss import calculate_kl
 from mcore_grpo.grpo.ranks.messages import TrainShard
 from mcore_grpo.worker.batch import loss_mask
 

@@ -1,13 +1,15 @@
 """Run config -> what a policy rank builds: the worker's `WorkerConfig` and `SamplingParams`.
 
-The run config (`mcore_grpo.grpo.config.schema.RunConfig`) speaks NeMo-RL's keys; the worker
+The run config (`mcore_grpo.config.schema.RunConfig`) speaks NeMo-RL's keys; the worker
 (`mcore_grpo.worker`) has its own small config. This module is the one translation; every
 setting the worker can honour reaches it (the worker refuses the ones it cannot).
 """
 
 from __future__ import annotations
 
-from mcore_grpo.grpo.config.schema import GenerationSection, RunConfig
+from mcore_grpo.config.policy import GenerationSection
+from mcore_grpo.config.schedule import lr_schedule
+from mcore_grpo.config.schema import RunConfig
 from mcore_grpo.grpo.ranks.messages import TaskTokens
 from mcore_grpo.worker.config import (
     DDPConfig,
@@ -19,7 +21,6 @@ from mcore_grpo.worker.config import (
     WorkerConfig,
 )
 from mcore_grpo.worker.generation import SamplingParams
-from mcore_grpo.worker.lr_schedule import LRSchedule
 
 # The tiny model's vocab is padded as Megatron pads it (`--make-vocab-size-divisible-by`
 # 128, times the TP size). The worker's sampler, logprob and training forwards all
@@ -118,25 +119,6 @@ def _moe(config: RunConfig) -> MoEConfig | None:
         z_loss_coeff=mc.moe_z_loss_coeff,
         capacity_factor=mc.moe_expert_capacity_factor,
         token_dispatcher_type=mc.moe_token_dispatcher_type,  # type: ignore[arg-type]
-    )
-
-
-def lr_schedule(config: RunConfig) -> LRSchedule:
-    """`policy.megatron_cfg.scheduler` in the worker's terms: lengths in GRPO steps, the
-    weight decays NeMo-RL's interpolations make them."""
-    mc = config.policy.megatron_cfg
-    s, wd = mc.scheduler, mc.optimizer.weight_decay
-    steps = s.lr_decay_iters if s.lr_decay_iters is not None else config.grpo.max_num_steps
-    return LRSchedule(
-        init_lr=s.lr_warmup_init,
-        min_lr=mc.optimizer.min_lr,
-        warmup_steps=s.lr_warmup_iters,
-        decay_steps=steps,
-        decay_style=s.lr_decay_style,
-        start_wd=wd if s.start_weight_decay is None else s.start_weight_decay,
-        end_wd=wd if s.end_weight_decay is None else s.end_weight_decay,
-        wd_incr_steps=config.grpo.max_num_steps,
-        wd_incr_style=s.weight_decay_incr_style,
     )
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mcore_grpo.grpo.config.schema import ConfigError
+from mcore_grpo.config.schema import ConfigError
 
 GSM8K_MARK = "#### "
 OPERATIONS = ("+", "-", "*")

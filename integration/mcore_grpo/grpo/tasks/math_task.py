@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mcore_grpo.grpo.config.schema import MATH_TASKS, ConfigError, RunConfig, TaskSection
+from mcore_grpo.config.schema import ConfigError, RunConfig
+from mcore_grpo.config.task import MATH_TASKS, TaskSection
 from mcore_grpo.grpo.tasks.math_data import (
     ArithmeticSpec,
     MathItem,

@@ -26,7 +26,7 @@ from typing import Any, cast
 
 import torch
 
-from mcore_grpo.nemo_rl_driver.source import require_nemo_rl, source_root
+from mcore_grpo.grpo.nemo_rl.source import require_nemo_rl, source_root
 
 DEFAULT_PROMPT_FILE = "examples/prompts/cot.txt"
 PRESETS_DIR = Path(__file__).resolve().parents[2] / "presets"

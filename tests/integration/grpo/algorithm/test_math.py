@@ -6,8 +6,9 @@ import math
 
 import pytest
 import torch
+from mcore_grpo.config.loss import ClippedPGLossConfig
 from mcore_grpo.grpo.algorithm.advantages import baseline_and_std, group_advantages
-from mcore_grpo.grpo.algorithm.loss import ClippedPGLossConfig, calculate_kl, clipped_pg_loss
+from mcore_grpo.grpo.algorithm.loss import calculate_kl, clipped_pg_loss
 
 SQRT_THIRD = math.sqrt(1 / 3)
 

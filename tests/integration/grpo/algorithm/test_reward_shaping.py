@@ -7,12 +7,9 @@ from typing import cast
 
 import pytest
 import torch
-from mcore_grpo.grpo.algorithm.reward_shaping import (
-    RewardShapingConfig,
-    loss_multipliers,
-    truncated,
-)
-from mcore_grpo.grpo.config.config_loader import load_config
+from mcore_grpo.config.grpo import RewardShapingConfig
+from mcore_grpo.config.loader import load_config
+from mcore_grpo.grpo.algorithm.reward_shaping import loss_multipliers, truncated
 from mcore_grpo.grpo.tasks.evaluation import Evaluator
 from mcore_grpo.grpo.tasks.task import Task
 

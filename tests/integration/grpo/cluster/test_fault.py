@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 from mcore_grpo.cli import aborted_message
+from mcore_grpo.config.loader import load_config
+from mcore_grpo.config.schema import ConfigError
 from mcore_grpo.grpo.cluster.fault import (
     Cause,
     RankFault,
@@ -18,8 +20,6 @@ from mcore_grpo.grpo.cluster.fault import (
     repeating_fault,
 )
 from mcore_grpo.grpo.cluster.placement import PlacementError, WorkerPlace, ranks_per_node
-from mcore_grpo.grpo.config.config_loader import load_config
-from mcore_grpo.grpo.config.schema import ConfigError
 from mcore_grpo.grpo.ranks.runner import WorkerFailed
 
 GLOO_CLOSED = (

@@ -13,7 +13,7 @@ import re
 import pytest
 import torch
 from mcore_grpo.cli import main
-from mcore_grpo.grpo.config.config_loader import load_config
+from mcore_grpo.config.loader import load_config
 from mcore_grpo.grpo.driver.dry_run import hf_config
 from mcore_grpo.worker.model_shape import ParameterCount, count_parameters, hf_parameter_count
 
@@ -145,7 +145,7 @@ def test_per_rank_share_equals_megatron_cores_sharded_build_at_tp2_and_ep2() -> 
 
 
 def test_a_model_whose_config_is_nowhere_local_is_refused_naming_the_download() -> None:
-    from mcore_grpo.grpo.config.schema import ConfigError
+    from mcore_grpo.config.schema import ConfigError
 
     with pytest.raises(ConfigError, match=r"hf download no-such-org/no-such-model config.json"):
         hf_config("no-such-org/no-such-model")

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcore_grpo.grpo.config.config_loader import load_config
+from mcore_grpo.config.loader import load_config
 from mcore_grpo.grpo.driver.checkpoint import CheckpointError, find_latest
 from mcore_grpo.grpo.driver.loop import GRPOLoop, ReplicaLayout
 from mcore_grpo.grpo.driver.metrics import REQUIRED_KEYS
@@ -188,8 +188,8 @@ def test_checkpoint_must_save_by_ends_the_run_early_as_a_last_step(
 
 
 def test_checkpoint_must_save_by_reads_as_nemo_rl_reads_it() -> None:
-    from mcore_grpo.grpo.config.deadline import must_save_by_seconds
-    from mcore_grpo.nemo_rl_driver.source import require_nemo_rl
+    from mcore_grpo.config.deadline import must_save_by_seconds
+    from mcore_grpo.grpo.nemo_rl.source import require_nemo_rl
 
     require_nemo_rl()
     from nemo_rl.utils.timer import convert_to_seconds

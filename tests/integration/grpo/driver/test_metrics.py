@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 import torch
-from mcore_grpo.grpo.algorithm.loss import ClippedPGLossConfig, RecordingLossSum, clipped_pg_loss
+from mcore_grpo.config.loss import ClippedPGLossConfig
+from mcore_grpo.grpo.algorithm.loss import RecordingLossSum, clipped_pg_loss
 from mcore_grpo.grpo.driver.metrics import rollout_metrics, train_metrics
 from mcore_grpo.grpo.driver.metrics_plot import EXPLAINING, plot_metrics
 from mcore_grpo.grpo.ranks.messages import TrainResult

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from mcore_grpo.grpo.config.schema import ConfigError
+from mcore_grpo.config.schema import ConfigError
 from mcore_grpo.grpo.policy_model import pretrained
 
 from tests.support.cli_run import run_cli_status

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch.distributed as dist
-from mcore_grpo.grpo.config.config_loader import load_config
+from mcore_grpo.config.loader import load_config
 from mcore_grpo.grpo.ranks.messages import TaskTokens
 from mcore_grpo.grpo.ranks.runner import LocalRunner, WorkerFailed
 from mcore_grpo.grpo.tasks.task import build_task

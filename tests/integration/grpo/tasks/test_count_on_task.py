@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from mcore_grpo.grpo.config.config_loader import load_config
+from mcore_grpo.config.loader import load_config
 from mcore_grpo.grpo.tasks.task import CountOnTask, build_task
 
 

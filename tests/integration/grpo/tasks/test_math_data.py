@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
-from mcore_grpo.grpo.config.schema import ConfigError
+from mcore_grpo.config.schema import ConfigError
 from mcore_grpo.grpo.tasks.math_data import (
     ArithmeticSpec,
     arithmetic_items,
@@ -89,7 +89,7 @@ def test_a_wider_pool_adds_training_problems_but_never_a_held_out_one() -> None:
 
 
 def test_the_task_keeps_its_held_out_split_when_the_pool_widens() -> None:
-    from mcore_grpo.grpo.config.config_loader import load_config
+    from mcore_grpo.config.loader import load_config
     from mcore_grpo.grpo.tasks.math_task import _items
 
     base = load_config("cpu-smollm2-arith", None, ["task.arithmetic.train_problems=0"]).task

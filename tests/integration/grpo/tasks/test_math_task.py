@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from mcore_grpo.grpo.config.config_loader import load_config
+from mcore_grpo.config.loader import load_config
 from mcore_grpo.grpo.policy_model import pretrained
 from mcore_grpo.grpo.tasks.math_task import MathTask
 
@@ -48,7 +48,7 @@ def boxed_task() -> MathTask:
 def test_prompts_are_nemo_rls_math_prompt_in_the_models_chat_template(
     boxed_task: MathTask,
 ) -> None:
-    from mcore_grpo.nemo_rl_driver.source import source_root
+    from mcore_grpo.grpo.nemo_rl.source import source_root
 
     task = boxed_task
     template = (source_root() / NEMO_RL_PROMPT).read_text()

@@ -14,10 +14,10 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from mcore_grpo.grpo.cluster.ray_import import before_ray_import
-from mcore_grpo.nemo_rl_driver.automodel_compat import prepare_automodel
+from mcore_grpo.grpo.nemo_rl.automodel_compat import prepare_automodel
 
-# integration/mcore_grpo/nemo_rl_driver/source.py -> the repository root.
-REPO_ROOT = Path(__file__).resolve().parents[3]
+# integration/mcore_grpo/grpo/nemo_rl/source.py -> the repository root.
+REPO_ROOT = Path(__file__).resolve().parents[4]
 CHECKOUT = REPO_ROOT / "3rdparty" / "NeMo-RL"
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from mcore_grpo.cli import build_parser, main
-from mcore_grpo.nemo_rl_driver import source
+from mcore_grpo.grpo.nemo_rl import source
 
 
 def _not_installed(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from mcore_grpo.nemo_rl_driver.automodel_compat import LORA_KERNEL_MODULE, automodel_installed
+from mcore_grpo.grpo.nemo_rl.automodel_compat import LORA_KERNEL_MODULE, automodel_installed
 
 pytestmark = pytest.mark.skipif(
     not automodel_installed(),
@@ -31,7 +31,7 @@ def test_plain_import_fails_under_this_triton() -> None:
 def test_prepared_import_takes_the_no_triton_path_and_automodel_then_imports() -> None:
     run = _python(
         "import sys\n"
-        "from mcore_grpo.nemo_rl_driver.automodel_compat import prepare_automodel\n"
+        "from mcore_grpo.grpo.nemo_rl.automodel_compat import prepare_automodel\n"
         "prepare_automodel()\n"
         "import triton\n"
         f"assert sys.modules[{LORA_KERNEL_MODULE!r}].HAVE_TRITON is False\n"
