@@ -66,9 +66,9 @@ def bench_config(args: argparse.Namespace) -> WorkerConfig:
         micro_batch_size=args.mbs,
         model=model,
         # megatron-core's own step in DESIGN.md ran with these; the worker gets the same.
+        optimizer=dataclasses.replace(base.optimizer, use_distributed_optimizer=True),
         ddp=dataclasses.replace(
             base.ddp,
-            use_distributed_optimizer=True,
             overlap_grad_reduce=True,
             overlap_param_gather=True,
             grad_reduce_in_fp32=True,

@@ -109,8 +109,9 @@ def worker_side(args: argparse.Namespace) -> dict[str, float]:
     """The worker (one rank, gloo): `train()` steps, then `generate` (static KV cache)."""
     import torch
     import torch.distributed as dist
+    from mcore_grpo.config.policy import OptimizerSection
     from mcore_grpo.grpo.algorithm.loss import worker_default_loss
-    from mcore_grpo.worker.config import ModelConfig, OptimizerSettings, WorkerConfig
+    from mcore_grpo.worker.config import ModelConfig, WorkerConfig
     from mcore_grpo.worker.generation import SamplingParams
     from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
 
@@ -127,7 +128,7 @@ def worker_side(args: argparse.Namespace) -> dict[str, float]:
         model=ModelConfig(
             hf_checkpoint=model_dir, vocab_size=vocab, max_sequence_length=args.seq + args.new
         ),
-        optimizer=OptimizerSettings(lr=1e-6),
+        optimizer=OptimizerSection(lr=1e-6),
     )
     worker = MegatronPolicyWorker(config, loss_sum_fn=worker_default_loss(config.loss))
     ids = torch.randint(0, vocab, (args.batch, args.seq))

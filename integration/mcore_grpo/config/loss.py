@@ -4,8 +4,10 @@ the loss itself: `mcore_grpo.grpo.algorithm.loss`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 KL_TYPES = ("k1", "k2", "k3")
+LossLevel = Literal["token", "sequence"]
 
 
 @dataclass(frozen=True)
@@ -20,6 +22,11 @@ class ClippedPGLossConfig:
     ratio_clip_max: float = 0.2
     ratio_clip_c: float | None = None
     token_level_loss: bool = True
+
+    @property
+    def level(self) -> LossLevel:
+        """What the loss is averaged over: the valid tokens of the step, or its sequences."""
+        return "token" if self.token_level_loss else "sequence"
 
     def __post_init__(self) -> None:
         if self.reference_policy_kl_type not in KL_TYPES:

@@ -31,9 +31,10 @@ class GenerationSection:
 
 @dataclass
 class OptimizerSection:
-    """``policy.megatron_cfg.optimizer.*`` (megatron-core Adam)."""
+    """``policy.megatron_cfg.optimizer.*``: megatron-core's `OptimizerConfig` keys; the worker
+    builds its optimizer from this section as it is."""
 
-    optimizer: str = "adam"
+    optimizer: str = "adam"  # or "sgd" (megatron-core's two; momentum 0)
     lr: float = 1.0e-3
     weight_decay: float = 0.0
     adam_beta1: float = 0.9
@@ -70,6 +71,8 @@ class DDPSection:
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
     grad_reduce_in_fp32: bool = True
+    # Parameters per gradient bucket; None: megatron-core's own choice.
+    bucket_size: int | None = None
 
 
 @dataclass

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 
 import torch
 
-from mcore_grpo.worker.config import LossLevel
+from mcore_grpo.config.loss import LossLevel
 
 Batch = Mapping[str, torch.Tensor]
 

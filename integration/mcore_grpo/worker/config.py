@@ -7,9 +7,10 @@ from typing import Literal
 
 import torch
 
+from mcore_grpo.config.grpo import GRPOSection
+from mcore_grpo.config.loss import ClippedPGLossConfig
+from mcore_grpo.config.policy import DDPSection, GenerationSection, OptimizerSection, PolicySection
 from mcore_grpo.config.schedule import LRSchedule
-
-LossLevel = Literal["token", "sequence"]
 
 
 @dataclass(frozen=True)
@@ -82,73 +83,42 @@ class ParallelConfig:
 
 
 @dataclass(frozen=True)
-class DDPConfig:
-    """megatron-core DistributedDataParallel flags the worker exposes."""
-
-    use_distributed_optimizer: bool = True
-    overlap_grad_reduce: bool = False
-    overlap_param_gather: bool = False
-    grad_reduce_in_fp32: bool = True
-    bucket_size: int | None = None
-
-
-@dataclass(frozen=True)
-class OptimizerSettings:
-    """Optimizer settings passed to `get_megatron_optimizer` (adam or plain sgd)."""
-
-    name: Literal["adam", "sgd"] = "adam"
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    adam_eps: float = 1e-8
-    clip_grad: float = 1.0
-    # None: no scheduler (the rate stays `lr`, every parameter decays at `weight_decay`).
-    schedule: LRSchedule | None = None
-
-
-@dataclass(frozen=True)
-class LossConfig:
-    """GRPO clipped policy-gradient loss and how it is normalised."""
-
-    level: LossLevel = "token"
-    ratio_clip: float = 0.2
-
-
-@dataclass(frozen=True)
 class WorkerConfig:
     """Everything the policy worker needs; `validate()` raises with the field to fix."""
 
-    device: Literal["cpu", "cuda"] = "cpu"
-    seed: int = 1234
-    micro_batch_size: int = 2
-    model: ModelConfig = field(default_factory=ModelConfig)
-    parallel: ParallelConfig = field(default_factory=ParallelConfig)
-    ddp: DDPConfig = field(default_factory=DDPConfig)
-    optimizer: OptimizerSettings = field(default_factory=OptimizerSettings)
-    loss: LossConfig = field(default_factory=LossConfig)
+    # The run config's sections and settings, as they are (`mcore_grpo.config`): each default is
+    # declared there once; `grpo/ranks/worker_settings.py` passes a run's.
+    device: Literal["cpu", "cuda"] = PolicySection.device  # type: ignore[assignment]
+    seed: int = GRPOSection.seed
+    micro_batch_size: int = PolicySection.train_micro_batch_size
+    ddp: DDPSection = field(default_factory=DDPSection)
+    optimizer: OptimizerSection = field(default_factory=OptimizerSection)
+    max_grad_norm: float = PolicySection.max_grad_norm
+    loss: ClippedPGLossConfig = field(default_factory=ClippedPGLossConfig)
     # The sampling temperature. The logprob and training forwards divide the logits by it too
     # (NeMo-RL's `apply_temperature_scaling`), so the ratio and KL compare the distribution the
     # tokens were sampled from, not the T=1 one.
-    temperature: float = 1.0
+    temperature: float = GenerationSection.temperature
     # Parameter and compute dtype. bfloat16 = megatron-core's mixed precision: the model in
     # its `Float16Module` (bf16 weights, fp32 logits), fp32 main params in its optimizer.
     # Meant for GPUs; it runs on CPU too (the tests check the path there).
-    precision: Literal["float32", "bfloat16"] = "float32"
+    precision: Literal["float32", "bfloat16"] = PolicySection.precision  # type: ignore[assignment]
     # Shared-prefix rows (`shared_prefix`): each group's common prefix (a GRPO prompt) forwarded
     # once in the logprob and training passes. None: on wherever the model's logits are exact
     # that way, else off with a logged reason; True: required (the build refuses, naming why);
     # False: off. NeMo-RL's key: `policy.shared_prefix_training`.
-    shared_prefix: bool | None = None
+    shared_prefix: bool | None = PolicySection.shared_prefix_training
+    # What the worker itself holds: the model it builds (the run's vocabulary and checkpoint
+    # resolved), its parallel layout, and the learning-rate schedule resolved in GRPO steps
+    # (`mcore_grpo.config.schedule.lr_schedule`; None: the rate stays `optimizer.lr`).
+    model: ModelConfig = field(default_factory=ModelConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    schedule: LRSchedule | None = None
 
     def validate(self) -> WorkerConfig:
         """Reject configurations the worker cannot run, naming the field to change."""
         if self.device not in ("cpu", "cuda"):
             raise ValueError(f"WorkerConfig.device must be 'cpu' or 'cuda', got {self.device!r}")
-        if self.loss.level not in ("token", "sequence"):
-            raise ValueError(
-                f"WorkerConfig.loss.level must be 'token' or 'sequence', got {self.loss.level!r}"
-            )
         if self.parallel.pipeline_model_parallel_size != 1:
             raise NotImplementedError(
                 "WorkerConfig.parallel.pipeline_model_parallel_size > 1 is not implemented: "
@@ -160,9 +130,9 @@ class WorkerConfig:
                 f"WorkerConfig.precision must be 'float32' or 'bfloat16', got {self.precision!r}"
             )
         self._validate_model()
-        if self.ddp.overlap_param_gather and not self.ddp.use_distributed_optimizer:
+        if self.ddp.overlap_param_gather and not self.optimizer.use_distributed_optimizer:
             raise ValueError(
-                "WorkerConfig.ddp.overlap_param_gather needs use_distributed_optimizer=True "
+                "WorkerConfig.ddp.overlap_param_gather needs optimizer.use_distributed_optimizer=True "
                 "(megatron-core only gathers params for the distributed optimizer)."
             )
         if not self.temperature > 0:

@@ -300,9 +300,9 @@ def build_policy(config: WorkerConfig) -> PolicyModel:
     tcfg, gpt = build_gpt(config)
     shared_prefix = resolve(config.shared_prefix, gpt)
     model = wrap_precision(config, tcfg, gpt)
-    d = config.ddp
+    d, o, schedule = config.ddp, config.optimizer, config.schedule
     ddp_kwargs: dict[str, Any] = {
-        "use_distributed_optimizer": d.use_distributed_optimizer,
+        "use_distributed_optimizer": o.use_distributed_optimizer,
         "overlap_grad_reduce": d.overlap_grad_reduce,
         "overlap_param_gather": d.overlap_param_gather,
         "grad_reduce_in_fp32": d.grad_reduce_in_fp32,
@@ -310,20 +310,19 @@ def build_policy(config: WorkerConfig) -> PolicyModel:
     if d.bucket_size is not None:
         ddp_kwargs["bucket_size"] = d.bucket_size
     ddp = DistributedDataParallel(tcfg, DistributedDataParallelConfig(**ddp_kwargs), model)
-    o = config.optimizer
     optimizer = get_megatron_optimizer(
         OptimizerConfig(
-            optimizer=o.name,
+            optimizer=o.optimizer,
             sgd_momentum=0.0,
             lr=o.lr,
             weight_decay=o.weight_decay,
             adam_beta1=o.adam_beta1,
             adam_beta2=o.adam_beta2,
             adam_eps=o.adam_eps,
-            clip_grad=o.clip_grad,
+            clip_grad=config.max_grad_norm,
             # The schedule's floor in each parameter group (its `min_lr`, which get_lr reads).
-            min_lr=o.schedule.min_lr if o.schedule is not None else 0.0,
-            use_distributed_optimizer=d.use_distributed_optimizer,
+            min_lr=schedule.min_lr if schedule is not None else 0.0,
+            use_distributed_optimizer=o.use_distributed_optimizer,
             bf16=config.precision == "bfloat16",
             fp16=False,
             params_dtype=_dtype(config),
@@ -340,7 +339,7 @@ def build_policy(config: WorkerConfig) -> PolicyModel:
         transformer_config=tcfg,
         ddp=ddp,
         optimizer=optimizer,
-        scheduler=build_scheduler(o.schedule, optimizer, o.lr) if o.schedule is not None else None,
+        scheduler=build_scheduler(schedule, optimizer, o.lr) if schedule is not None else None,
         layer_spec=spec,
         shared_prefix=shared_prefix,
     )

@@ -14,14 +14,10 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
+from mcore_grpo.config.loss import ClippedPGLossConfig, LossLevel
+from mcore_grpo.config.policy import DDPSection, OptimizerSection
 from mcore_grpo.grpo.algorithm import loss as grpo_loss
-from mcore_grpo.worker.config import (
-    DDPConfig,
-    LossConfig,
-    LossLevel,
-    OptimizerSettings,
-    WorkerConfig,
-)
+from mcore_grpo.worker.config import WorkerConfig
 from mcore_grpo.worker.cpu import cpu_device
 from mcore_grpo.worker.forward import next_token_logprobs
 from mcore_grpo.worker.model import build_gpt
@@ -61,15 +57,16 @@ def tiny_config(
     in g for small g. `device`: the suite's test device (cuda where available)."""
     return WorkerConfig(
         device=device,  # type: ignore[arg-type]
+        # The model these tests were written against (the worker's default seed until the
+        # defaults moved to the run config): greedy comparisons across batch shapes
+        # (test_cached_generation) need a model without near-ties at the compared steps, where
+        # BLAS rounding between a batch of 6 and of 1 could flip the argmax.
+        seed=1234,
         micro_batch_size=mbs,
-        ddp=DDPConfig(
-            use_distributed_optimizer=True,
-            overlap_grad_reduce=overlap,
-            overlap_param_gather=overlap,
-            bucket_size=4000,
-        ),
-        optimizer=OptimizerSettings(lr=1e-2, clip_grad=clip, adam_eps=eps),
-        loss=LossConfig(level=level),
+        ddp=DDPSection(overlap_grad_reduce=overlap, overlap_param_gather=overlap, bucket_size=4000),
+        optimizer=OptimizerSection(lr=1e-2, adam_eps=eps, use_distributed_optimizer=True),
+        max_grad_norm=clip,
+        loss=ClippedPGLossConfig(token_level_loss=level == "token"),
     )
 
 
@@ -142,7 +139,7 @@ def reference_step(
             torch.optim.Adam(
                 ref.parameters(), lr=o.lr, betas=(o.adam_beta1, o.adam_beta2), eps=o.adam_eps
             )
-            if o.name == "adam"
+            if o.optimizer == "adam"
             else torch.optim.SGD(ref.parameters(), lr=o.lr)
         )
         for _ in range(steps):

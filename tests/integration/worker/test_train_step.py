@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from mcore_grpo.config.loss import LossLevel
 from mcore_grpo.worker.batch import Batch
 from mcore_grpo.worker.comm_volume import count_gradient_reductions
-from mcore_grpo.worker.config import LossLevel
 from mcore_grpo.worker.cpu import cpu_device
 from mcore_grpo.worker.model import sync_params
 from mcore_grpo.worker.policy_worker import MegatronPolicyWorker

@@ -33,13 +33,13 @@ default loss is the same function without a KL term (`policy_gradient_only`).
 
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
 
 import torch
 
 from mcore_grpo.config.loss import KL_TYPES, ClippedPGLossConfig
 from mcore_grpo.worker.batch import Batch, LossSumFn, loss_mask
-from mcore_grpo.worker.config import LossConfig
 
 
 def calculate_kl(
@@ -298,15 +298,9 @@ def metric_normalizers(cfg: ClippedPGLossConfig) -> dict[str, str]:
 
 
 # ---- the loss over a worker batch (the train step's `LossSumFn`) --------------------------
-def policy_gradient_only(config: LossConfig) -> ClippedPGLossConfig:
-    """The worker's default loss: symmetric clip `config.ratio_clip`, no KL, no dual clip."""
-    return ClippedPGLossConfig(
-        reference_policy_kl_penalty=0.0,
-        ratio_clip_min=config.ratio_clip,
-        ratio_clip_max=config.ratio_clip,
-        ratio_clip_c=None,
-        token_level_loss=config.level == "token",
-    )
+def policy_gradient_only(config: ClippedPGLossConfig) -> ClippedPGLossConfig:
+    """The worker's default loss: `config`'s clip and normalisation, no KL, no dual clip."""
+    return dataclasses.replace(config, reference_policy_kl_penalty=0.0, ratio_clip_c=None)
 
 
 def previous_logprobs(logprobs: torch.Tensor, batch: Batch) -> torch.Tensor:
@@ -407,7 +401,7 @@ def loss_sum_fn(cfg: ClippedPGLossConfig) -> LossSumFn:
     return partial(loss_sum, cfg=cfg)
 
 
-def worker_default_loss(config: LossConfig) -> LossSumFn:
+def worker_default_loss(config: ClippedPGLossConfig) -> LossSumFn:
     """The clipped policy-gradient sum without a KL term: the loss of a bare worker (tests,
     benchmarks), passed to it as `loss_sum_fn` (the worker does not import this package)."""
     return loss_sum_fn(policy_gradient_only(config))

@@ -1,8 +1,10 @@
 """Run config -> what a policy rank builds: the worker's `WorkerConfig` and `SamplingParams`.
 
-The run config (`mcore_grpo.config.schema.RunConfig`) speaks NeMo-RL's keys; the worker
-(`mcore_grpo.worker`) has its own small config. This module is the one translation; every
-setting the worker can honour reaches it (the worker refuses the ones it cannot).
+The run config (`mcore_grpo.config`) speaks NeMo-RL's keys; the worker takes its sections as
+they are (the optimizer, DDP and loss sections, the policy's scalar settings) plus what only a
+run resolves: the model over the task's vocabulary, the parallel layout with the cluster's
+collective timeout, the learning-rate schedule in GRPO steps. This module is that one step;
+every setting the worker can honour reaches it (the worker refuses the ones it cannot).
 """
 
 from __future__ import annotations
@@ -12,11 +14,8 @@ from mcore_grpo.config.schedule import lr_schedule
 from mcore_grpo.config.schema import RunConfig
 from mcore_grpo.grpo.ranks.messages import TaskTokens
 from mcore_grpo.worker.config import (
-    DDPConfig,
-    LossConfig,
     ModelConfig,
     MoEConfig,
-    OptimizerSettings,
     ParallelConfig,
     WorkerConfig,
 )
@@ -52,25 +51,11 @@ def worker_config(config: RunConfig, tokens: TaskTokens) -> WorkerConfig:
             sequence_parallel=mc.sequence_parallel,
             distributed_timeout_minutes=config.cluster.collective_timeout_s / 60,
         ),
-        ddp=DDPConfig(
-            use_distributed_optimizer=mc.optimizer.use_distributed_optimizer,
-            overlap_grad_reduce=mc.distributed_data_parallel_config.overlap_grad_reduce,
-            overlap_param_gather=mc.distributed_data_parallel_config.overlap_param_gather,
-            grad_reduce_in_fp32=mc.distributed_data_parallel_config.grad_reduce_in_fp32,
-        ),
-        optimizer=OptimizerSettings(
-            lr=mc.optimizer.lr,
-            weight_decay=mc.optimizer.weight_decay,
-            adam_beta1=mc.optimizer.adam_beta1,
-            adam_beta2=mc.optimizer.adam_beta2,
-            adam_eps=mc.optimizer.adam_eps,
-            clip_grad=p.max_grad_norm,
-            schedule=lr_schedule(config),
-        ),
-        loss=LossConfig(
-            level="token" if config.loss_fn.token_level_loss else "sequence",
-            ratio_clip=config.loss_fn.ratio_clip_min,
-        ),
+        ddp=mc.distributed_data_parallel_config,
+        optimizer=mc.optimizer,
+        max_grad_norm=p.max_grad_norm,
+        schedule=lr_schedule(config),
+        loss=config.loss_fn,
         temperature=p.generation.temperature,
         precision=p.precision,  # type: ignore[arg-type]
         shared_prefix=p.shared_prefix_training,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from mcore_grpo.config.loss import ClippedPGLossConfig
 from mcore_grpo.grpo.algorithm import loss as grpo_loss
 from mcore_grpo.worker.batch import loss_mask
-from mcore_grpo.worker.config import LossConfig
 from mcore_grpo.worker.cpu import cpu_device
 from mcore_grpo.worker.forward import next_token_logprobs
 
@@ -49,10 +49,14 @@ def test_prev_logprobs_in_next_token_layout_are_refused() -> None:
     batch["prev_logprobs"] = batch["prev_logprobs"][:, 1:]
     logprobs = torch.zeros(2, SEQ - 1)
     with pytest.raises(ValueError, match=r"prev_logprobs'\] \(2, 9\) must be \[B, S\] = \(2, 10\)"):
-        grpo_loss.per_token_loss(logprobs, batch, grpo_loss.policy_gradient_only(LossConfig()))
+        grpo_loss.per_token_loss(
+            logprobs, batch, grpo_loss.policy_gradient_only(ClippedPGLossConfig())
+        )
 
 
 def test_logprobs_must_be_next_token() -> None:
     batch = global_batch(rows=2)
     with pytest.raises(ValueError, match=r"logprobs \(2, 10\) must be \[B, S-1\] = \(2, 9\)"):
-        grpo_loss.loss_sum(torch.zeros(2, SEQ), batch, grpo_loss.policy_gradient_only(LossConfig()))
+        grpo_loss.loss_sum(
+            torch.zeros(2, SEQ), batch, grpo_loss.policy_gradient_only(ClippedPGLossConfig())
+        )
