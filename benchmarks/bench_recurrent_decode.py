@@ -7,7 +7,7 @@ gated-delta-net-static-inference), as `transformers.generate` does with its cach
 patches it recomputed the whole prefix per token. This prints all three: the worker's default
 backend (through the state), the worker's recompute, and `transformers.generate`.
 
-Model: the model matrix's tiny config of `--arch` (`mcore_grpo.models.families`; Qwen3.5 has
+Model: the model matrix's tiny config of `--arch` (`model_matrix.families`; Qwen3.5 has
 one linear-attention and one full-attention layer, NemotronH a Mamba-2, an MoE, an attention
 and an MLP layer, Falcon-H1 two parallel Mamba-2 + attention + MLP layers), hidden size
 `--hidden` (intermediate 2x), fp32, random weights, written once by `transformers` and imported
@@ -39,7 +39,7 @@ ARCHS = ("Qwen3_5ForCausalLM", "NemotronHForCausalLM", "FalconH1ForCausalLM")
 def write_checkpoint(path: Path, arch: str, hidden: int) -> int:
     """The tiny `arch` at `hidden` (random fp32 weights); its vocabulary size."""
     import transformers
-    from mcore_grpo.models import families
+    from model_matrix import families
 
     config = families.tiny_config(arch)
     config.hidden_size = hidden
@@ -73,9 +73,9 @@ def main() -> None:
 
     import torch.distributed as dist
     from mcore_grpo.grpo.cluster.placement import free_port
-    from mcore_grpo.models import checks
     from mcore_grpo.worker.generation import generate, resolve_backend
     from mcore_grpo.worker.sampling import RECOMPUTE, STATIC_CACHE, SamplingParams
+    from model_matrix import checks
     from transformers import AutoModelForCausalLM
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))

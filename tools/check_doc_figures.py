@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Pages written by a command; each is checked by that command (`--check`), not here.
 GENERATED = {
     "docs/patches.md": "tools/patches report",
-    "docs/models.md": "python -m mcore_grpo.models.matrix",
+    "docs/models.md": "python -m model_matrix.matrix",
     "docs/layers.md": "python3 tools/check_layers.py --write-diagram",
 }
 DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")

@@ -53,16 +53,21 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 # one concern the commands combine.
 SEPARATE = "domain"
 # integration/mcore_grpo, top to bottom: (layer, top-level packages and modules). Imports point
-# down or stay inside a layer: the entry points and test/doc tooling use everything; the NeMo-RL
+# down or stay inside a layer: the entry point uses everything; the NeMo-RL
 # driver drives the engine's pieces; the engine (`grpo`) drives the worker; the worker knows
 # only the config it is given.
 INTEGRATION_LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("entry", ("cli", "models", "upstream_cpu", "upstream_cpu_causes", "upstream_nemo_rl")),
+    ("entry", ("cli",)),
     ("driver", ("nemo_rl_driver",)),
     ("engine", ("grpo",)),
     ("worker", ("worker",)),
     ("config", ("config", "presets", "run_output")),
 ]
+# integration's top-level packages beside mcore_grpo: test and docs support that imports the
+# product and is never imported by it (the pytest plugins `tools/patches verify` loads into the
+# upstreams' own suites; the model matrix that measures every architecture and writes
+# docs/models.md). The same size bar holds for them.
+SUPPORT_PACKAGES = ("upstream_pytest", "model_matrix")
 # integration/mcore_grpo modules that are the file a carried patch adds, kept byte for byte
 # (tests/patches/nemo_rl/test_nccl_offload_copy_in_sync.py): module -> the patch. Their long
 # functions are listed, not breaches: splitting one means editing, re-exporting and
@@ -211,12 +216,32 @@ def check_integration(report: Report) -> None:
             if dep is not None and dep != name:
                 graph[name].setdefault(dep, line)
         _check_integration_layers(report, name, rel, targets)
+        report.breaches += [
+            f"{rel}:{line}: the product imports {module} (test or docs support, "
+            f"{SUPPORT_PACKAGES}); "
+            "move what both need into mcore_grpo"
+            for module, line in _support_imports(tree)
+        ]
+    for top in SUPPORT_PACKAGES:
+        for path in sorted((INTEGRATION.parent / top).rglob("*.py")):
+            sizes(path, str(path.relative_to(ROOT)), report, functions=True)
     for cycle in import_cycles(graph):
         path = " -> ".join(f"{a}:{graph[a][b]}" for a, b in itertools.pairwise(cycle))
         report.breaches.append(
             f"{INTEGRATION.relative_to(ROOT)}: import cycle {path} -> {cycle[-1]} (module:line "
             "of each import); move what both need to the module it belongs to"
         )
+
+
+def _support_imports(tree: ast.Module) -> list[tuple[str, int]]:
+    """(module, line) of every import of a SUPPORT_PACKAGES module in `tree`."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.append((node.module, node.lineno))
+        elif isinstance(node, ast.Import):
+            found += [(a.name, node.lineno) for a in node.names]
+    return [(m, line) for m, line in found if m.split(".")[0] in SUPPORT_PACKAGES]
 
 
 def integration_layer(module: str) -> int | None:
@@ -321,7 +346,8 @@ def diagram(report: Report) -> str:
         "integration/mcore_grpo (not drawn), top to bottom: "
         + " -> ".join(f"{layer} ({', '.join(members)})" for layer, members in INTEGRATION_LAYERS)
         + "; imports point down or stay inside a layer, and no modules import one another in a",
-        "circle, counting imports inside functions.",
+        "circle, counting imports inside functions. Beside it, test and docs support that imports",
+        f"it and is never imported by it: {', '.join(f'integration/{t}' for t in SUPPORT_PACKAGES)}.",
         "",
         "| layer | folders | modules |",
         "|---|---|---|",

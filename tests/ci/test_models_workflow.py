@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from mcore_grpo.models.matrix import build_parser
+from model_matrix.matrix import build_parser
 
 from tests.ci.workflows import assert_run_scripts_are_bash, job_steps
 
@@ -25,7 +25,7 @@ def test_every_run_script_is_valid_bash() -> None:
 
 def test_the_matrix_invocation_is_accepted_by_the_cli() -> None:
     script = next(str(s["run"]) for s in _steps() if "whole matrix" in str(s.get("name", "")))
-    command = shlex.split(script.split("mcore_grpo.models.matrix", 1)[1].replace("\\\n", " "))
+    command = shlex.split(script.split("model_matrix.matrix", 1)[1].replace("\\\n", " "))
     args = build_parser().parse_args(command)
     assert args.baseline == Path("docs/models.json") and not args.arch and not args.check
     assert args.json != Path("docs/models.json")  # the committed page is the baseline, not output

@@ -36,7 +36,7 @@ def mcore_device(mcore_parallel: None) -> Iterator[str]:
 @pytest.fixture
 def gloo_world(process_group: None) -> Iterator[None]:
     """The session's world WITHOUT megatron-core's parallel state, for checks that set up
-    their own layout (`mcore_grpo.models.checks`, as the model matrix's ranks do). A state
+    their own layout (`model_matrix.checks`, as the model matrix's ranks do). A state
     another fixture holds is set aside and put back after."""
     with parallel_layout(None):
         yield

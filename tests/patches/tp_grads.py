@@ -18,13 +18,13 @@ def norm_grads(
     """(max |megatron - transformers| logits, {norm parameter name: reduced gradient}) at `tp`.
     `train=False` runs the forward in eval mode (megatron-core refuses MoE layers in training
     mode at TP > 1 without sequence parallelism)."""
-    from mcore_grpo.models import checks
     from mcore_grpo.worker.cpu import cpu_device, model_parallel_seed
     from mcore_grpo.worker.model import build_gpt
     from megatron.core import parallel_state
     from megatron.core.distributed.finalize_model_grads import (
         _allreduce_non_tensor_model_parallel_grads,
     )
+    from model_matrix import checks
 
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp)
     try:

@@ -1,4 +1,4 @@
-"""A model check of the matrix (`mcore_grpo.models.checks`) in a child process, for tripwires.
+"""A model check of the matrix (`model_matrix.checks`) in a child process, for tripwires.
 
 Why a child: each check initialises torch.distributed and megatron-core's parallel state,
 which the test process must not keep; `python_c` forks it cheaply under verify.
@@ -16,7 +16,7 @@ from pathlib import Path
 import torch.distributed as dist
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
 dist.init_process_group("gloo", rank=0, world_size=1)
-from mcore_grpo.models import checks, families
+from model_matrix import checks, families
 print("DIFF", checks.logits_difference(Path(sys.argv[2]), 1, 1, families.TINY_SIZES["vocab_size"]))
 """
 

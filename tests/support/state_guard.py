@@ -45,7 +45,7 @@ REGISTRIES: dict[str, tuple[str, ...]] = {
     "tools.patchtool.git.git": ("_SESSION_CONFIG",),
     "tools.patchtool.verify.pytest_run": ("_LIVE",),
     "mcore_grpo.worker.cpu": ("_DEPTH", "_SAVED"),
-    "mcore_grpo.upstream_cpu": ("_STATE", "_SAVED"),
+    "upstream_pytest.cpu": ("_STATE", "_SAVED"),
     "mcore_grpo.worker.generation": ("_SAMPLERS",),
     "mcore_grpo.grpo.cluster.local_ray": ("_SAVED",),
 }
@@ -131,7 +131,7 @@ def _distributed(snap: Snapshot) -> None:
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available():
         return
-    # Wrapped by the CPU redirects (mcore_grpo.upstream_cpu) while they are active.
+    # Wrapped by the CPU redirects (upstream_pytest.cpu) while they are active.
     snap["torch.distributed.init_process_group"] = _value(dist.init_process_group)
     snap["torch.distributed.new_group"] = _value(dist.new_group)
     if not dist.is_initialized():

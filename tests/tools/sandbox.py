@@ -122,7 +122,7 @@ class Sandbox:
 
     def preload_for_upstream_suites(self) -> None:
         """What the project's verify preloads for upstream-suite states, here too: every such
-        state loads the CPU plugin (`mcore_grpo.upstream_cpu`, which imports torch), so the
+        state loads the CPU plugin (`upstream_pytest.cpu`, which imports torch), so the
         fork server imports torch once instead of each state for ~3 s of CPU."""
         write(
             self.root,

@@ -140,3 +140,26 @@ def test_an_import_cycle_in_integration_is_a_breach_also_through_a_lazy_import(
         "integration/mcore_grpo: import cycle grpo.deadline:1 -> grpo.schema:5 -> grpo.deadline "
         "(module:line of each import); move what both need to the module it belongs to"
     ]
+
+
+def test_the_product_importing_test_support_is_a_breach(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """integration/upstream_pytest (the upstream suites' plugins) imports mcore_grpo; the
+    reverse, even lazily, would put test support inside the product again."""
+    breaches = _fake(
+        tmp_path,
+        monkeypatch,
+        {
+            "integration/mcore_grpo/worker/cpu.py": "X = 1\n",
+            "integration/mcore_grpo/cli.py": (
+                "def main() -> None:\n    import upstream_pytest.cpu\n"
+            ),
+            "integration/upstream_pytest/cpu.py": "from mcore_grpo.worker.cpu import X\n",
+        },
+    )
+    assert breaches == [
+        "integration/mcore_grpo/cli.py:2: the product imports upstream_pytest.cpu (test or "
+        "docs support, ('upstream_pytest', 'model_matrix')); move what both need into "
+        "mcore_grpo"
+    ]

@@ -77,6 +77,8 @@ def model_logits(
     shared-prefix rows, whose segments then are the whole mask)."""
     from megatron.core import parallel_state, tensor_parallel
 
+    # Only given when set: some models' forward takes no packed_seq_params (Falcon-H1's).
+    packing = {} if packed_seq_params is None else {"packed_seq_params": packed_seq_params}
     if inference_context is not None:
         logits = model(
             input_ids,
@@ -84,12 +86,10 @@ def model_logits(
             mask,
             inference_context=inference_context,
             runtime_gather_output=True,
+            **packing,
         )
         return logits.float()
-    if packed_seq_params is None:
-        logits = model(input_ids, positions, mask)
-    else:
-        logits = model(input_ids, positions, mask, packed_seq_params=packed_seq_params)
+    logits = model(input_ids, positions, mask, **packing)
     if parallel_state.get_tensor_model_parallel_world_size() > 1:
         logits = tensor_parallel.gather_from_tensor_model_parallel_region(logits)
     return logits.float()

@@ -8,11 +8,15 @@ forward plus attention over the cache, instead of the whole prefix (the recomput
 
 Left-padded prompts stay exact under the cache because the mask and positions are explicit at
 every step:
-- prefill: the causal + key-padding mask over the prompt ([B, 1, P, P], `prompt_mask_of`),
-  positions counting real tokens. The prompts stay where they are (left-padded, ending at
-  column P - 1): rotations by cache index (rope without `rope_from_position_ids`, MLA, yarn)
-  then see the same distances between a prompt and its generated tokens as between its own
-  tokens; left-aligned prompts would leave a gap of pad columns before the first generated one;
+- prefill: each row's prompt described to megatron-core as one segment from its first real
+  token (`SharedPrefixParams`, shared-prefix-attention.patch: causal attention over the real
+  tokens, no mask built), positions counting real tokens; where the model's attention takes
+  no segments (MLA, DSA, sliding windows, attention sinks, megatron-core without the patch)
+  the causal + key-padding mask over the prompt ([B, 1, P, P], `prompt_mask_of`) instead.
+  The prompts stay where they are (left-padded, ending at column P - 1): rotations by cache
+  index (rope without `rope_from_position_ids`, MLA, yarn) then see the same distances
+  between a prompt and its generated tokens as between its own tokens; left-aligned prompts
+  would leave a gap of pad columns before the first generated one;
 - decode: a [B, 1, 1, S] key-padding mask over all cached columns (pad columns and the
   columns of rows that already stopped stay masked), the new token's position = the row's
   real tokens before it. Both are kept up to date by the `Rollout` one column per step, so
@@ -27,9 +31,11 @@ CPU redirects in `cpu.py` cover megatron's `torch.cuda.current_device()` buffer 
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from mcore_grpo.worker.forward import model_logits, token_positions
+from mcore_grpo.worker.forward import gpt_module, model_logits, token_positions
 from mcore_grpo.worker.sampling import (
     GenerationOutput,
     Rollout,
@@ -92,8 +98,10 @@ def generate_static_cache(
     # output projection at prefill.
     with InferenceMode.active():
         valid = rollout.mask[rows, :plen].bool()
-        positions, mask = token_positions(valid), prompt_mask_of(valid)
-        logits = model_logits(model, rollout.ids[rows, :plen], positions, mask, context)
+        mask, segments = prompt_attention(model, valid)
+        logits = model_logits(
+            model, rollout.ids[rows, :plen], token_positions(valid), mask, context, segments
+        )
         if shared is not None:
             expand_cache(context, shared, plen)
             logits = logits[shared.inverse]
@@ -109,6 +117,51 @@ def generate_static_cache(
             )
             context.increment_sequence_len_offset(1)
     return rollout.output()
+
+
+def prompt_attention(model: torch.nn.Module, valid: torch.Tensor) -> tuple[Any, Any]:
+    """(mask, segments) for the prefill of left-padded prompts (`valid`: [B, P] real tokens):
+    megatron-core's `SharedPrefixParams` with one segment per row, from its first real token
+    to the end, and no mask; the dense [B, 1, P, P] mask only where the model's attention
+    takes no segments (`prefill_segments_reason`) or a row holds no real token."""
+    lengths = valid.sum(dim=1).tolist()
+    if prefill_segments_reason(model) is not None or 0 in lengths:
+        return prompt_mask_of(valid), None
+    from megatron.core.transformer.shared_prefix_attention import (
+        PrefixSegment,
+        SharedPrefixParams,
+    )
+
+    width = valid.shape[1]
+    segments = tuple(PrefixSegment(row, width - n, n) for row, n in enumerate(lengths))
+    # max_seqlen: what GPTModel sizes index-based rotary tables by when given packed params.
+    return None, SharedPrefixParams(segments=segments, max_seqlen_q=width, max_seqlen_kv=width)
+
+
+def prefill_segments_reason(model: torch.nn.Module) -> str | None:
+    """Why this model's prefill cannot attend by segments, or None.
+
+    A prompt's prefill is one root segment per row: nothing is shared along the row, so what
+    rules shared-prefix *training* out (recurrent state, MoE losses, rotation by index) does
+    not matter here; only what the patched attention refuses or never sees does."""
+    from mcore_grpo.worker.shared_prefix import SEGMENT_ATTENTION, segment_attention_available
+
+    if not segment_attention_available():
+        return "megatron-core without shared-prefix-attention.patch"
+    config = gpt_module(model).config
+    if getattr(config, "multi_latent_attention", False):
+        return "multi-latent attention reads no SharedPrefixParams"
+    if getattr(config, "experimental_attention_variant", None) is not None:
+        return "an experimental attention variant reads no SharedPrefixParams"
+    if getattr(config, "window_size", None) is not None:
+        return "sliding-window attention is refused with SharedPrefixParams"
+    if getattr(config, "softmax_type", "vanilla") != "vanilla":
+        return "a softmax offset (attention sinks) is refused with SharedPrefixParams"
+    for module in model.modules():
+        attention = getattr(module, "core_attention", None)
+        if attention is not None and type(attention).__name__ not in SEGMENT_ATTENTION:
+            return f"its attention ({type(attention).__name__}) takes no segments"
+    return None
 
 
 def prompt_mask_of(valid: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from mcore_grpo.models import checks, families
+from model_matrix import checks, families
 
 from tests.support.model_checks import child_run
 
@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
 dist.init_process_group("gloo", rank=0, world_size=1)
-from mcore_grpo.models import checks
+from model_matrix import checks
 from mcore_grpo.worker.generation import generate, resolve_backend
 from mcore_grpo.worker.sampling import SamplingParams
 vocab = int(sys.argv[3])

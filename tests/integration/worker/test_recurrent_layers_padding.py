@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from mcore_grpo.models import checks, families
+from model_matrix import checks, families
 
 from tests.support.model_checks import LEFT_PADDED_PROMPTS, child_run
 
@@ -41,7 +41,7 @@ import torch
 import torch.distributed as dist
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
 dist.init_process_group("gloo", rank=0, world_size=1)
-from mcore_grpo.models import checks
+from model_matrix import checks
 from dataclasses import replace
 from mcore_grpo.worker.forward import next_token_logprobs
 from mcore_grpo.worker.packed_rows import policy_logits

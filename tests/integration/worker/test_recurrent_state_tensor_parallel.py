@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from mcore_grpo.models import checks, families
+from model_matrix import checks, families
 
 from tests.support.model_checks import LEFT_PADDED_PROMPTS, without_backend_vars
 from tests.support.python_process import run_ranks
@@ -33,7 +33,7 @@ import torch.distributed as dist
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
 rank = int(sys.argv[2])
 dist.init_process_group("gloo", rank=rank, world_size=2)
-from mcore_grpo.models import checks
+from model_matrix import checks
 from mcore_grpo.worker.generation import generate, resolve_backend
 from mcore_grpo.worker.sampling import SamplingParams
 vocab = int(sys.argv[4])

@@ -10,6 +10,7 @@ of unequal lengths whose repeats are not adjacent in the batch.
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -26,7 +27,7 @@ from tests.support.device import TEST_DEVICE
 
 
 def _groups_batch() -> tuple[torch.Tensor, torch.Tensor]:
-    """12 rows: 3 left-padded prompts of lengths 7, 5 and 3, each 4 times, interleaved
+    """12 rows: 3 left-padded prompts of unequal lengths (at most 7), each 4 times, interleaved
     (rows 0, 3, 6, 9 share one), so a group's rows are not adjacent."""
     ids, mask = prompts(rows=3, length=7, seed=4, vocab=REAL)
     order = torch.arange(12) % 3
@@ -119,3 +120,52 @@ def test_expand_cache_refuses_what_is_not_a_kv_cache() -> None:
     other = SimpleNamespace(key_value_memory_dict={"image_tokens_count": torch.zeros(2)})
     with pytest.raises(ValueError, match=r"'image_tokens_count' is not a \[seq, batch"):
         expand_cache(other, groups, length=3)
+
+
+def _attention_calls(model: torch.nn.Module, run: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """(attention mask, kwargs) of every core-attention call while `run()` runs."""
+    seen: list[tuple[Any, dict[str, Any]]] = []
+
+    def record(_module: Any, args: Any, kwargs: dict[str, Any]) -> None:
+        seen.append((args[3] if len(args) > 3 else kwargs.get("attention_mask"), kwargs))
+
+    hooks = [
+        m.register_forward_pre_hook(record, with_kwargs=True)
+        for m in model.modules()
+        if type(m).__name__.endswith("DotProductAttention")
+    ]
+    try:
+        run()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return seen
+
+
+def test_the_prefill_attends_by_segments_without_a_mask(rope_model: torch.nn.Module) -> None:
+    """The prefill's attention gets one segment per distinct prompt, from its first real token,
+    and no mask; the decode steps get only a [B, 1, 1, S] key-padding mask."""
+    ids, mask = _groups_batch()
+    calls = _attention_calls(rope_model, lambda: _sample(rope_model, ids, mask, True))
+    layers = sum(type(m).__name__.endswith("DotProductAttention") for m in rope_model.modules())
+    prefill, decode = calls[:layers], calls[layers:]
+    assert all(m is None for m, _ in prefill)
+    segments = prefill[0][1]["packed_seq_params"].segments
+    assert [s.row for s in segments] == [0, 1, 2]  # the distinct prompts only
+    assert sorted(s.length for s in segments) == sorted(mask[:3].sum(dim=1).tolist())
+    assert all(s.start + s.length == 7 for s in segments)  # left-padded: from the first real
+    assert decode and all(m.shape[-2] == 1 for m, _ in decode)
+
+
+def test_the_prefill_by_segments_samples_as_the_masked_prefill(
+    rope_model: torch.nn.Module, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The masked prefill (what a model whose attention takes no segments still gets) is the
+    oracle: the same tokens and logprobs within 1e-5."""
+    import mcore_grpo.worker.static_cache_sampler as sampler
+
+    ids, mask = _groups_batch()
+    by_segments = _sample(rope_model, ids, mask, True)
+    monkeypatch.setattr(sampler, "prefill_segments_reason", lambda _model: "forced")
+    masked = _sample(rope_model, ids, mask, True)
+    _assert_same(by_segments, masked, 1.0)

@@ -284,7 +284,7 @@ def test_an_hf_checkpoint_the_config_rules_out_is_refused_before_the_model_is_bu
 ) -> None:
     """Gemma 3 (sliding windows) through Bridge with `shared_prefix=True`: refused from the
     provider's config, before `provide_distributed_model` builds anything."""
-    from mcore_grpo.models import families
+    from model_matrix import families
 
     checkpoint = tmp_path / "gemma3"
     families.write_checkpoint(checkpoint, "Gemma3ForCausalLM")

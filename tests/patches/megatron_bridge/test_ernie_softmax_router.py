@@ -49,7 +49,7 @@ def _checkpoint(path: Path) -> int:
 
 
 def test_ernie_router_matches_transformers(gloo_world: None, tmp_path: Path) -> None:
-    from mcore_grpo.models import checks
+    from model_matrix import checks
 
     vocab = _checkpoint(tmp_path / "ernie")
     assert checks.logits_difference(tmp_path / "ernie", 1, 1, vocab) <= 1e-4

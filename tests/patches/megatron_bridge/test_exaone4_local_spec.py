@@ -67,7 +67,7 @@ def test_exaone4_layer_builds_without_transformer_engine(mcore_device: str) -> N
 
 @pytest.mark.timeout(600)
 def test_exaone4_default_config_checkpoint_matches_transformers(tmp_path: Path) -> None:
-    from mcore_grpo.models import families
+    from model_matrix import families
 
     checkpoint = tmp_path / "exaone4"
     families.write_checkpoint(checkpoint, "Exaone4ForCausalLM")

@@ -66,7 +66,7 @@ def test_falcon_h1_default_spec_without_te_is_local() -> None:
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("variant", ["defaults", "released"])
 def test_falcon_h1_matches_transformers_without_te(tmp_path: Path, variant: str) -> None:
-    from mcore_grpo.models import families
+    from model_matrix import families
 
     checkpoint = tmp_path / "falcon_h1"
     families.write_checkpoint(checkpoint, ARCH, overrides=RELEASED if variant == "released" else {})

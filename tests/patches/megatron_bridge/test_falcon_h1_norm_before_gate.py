@@ -27,7 +27,7 @@ ARCH = "FalconH1ForCausalLM"
 
 @pytest.mark.timeout(600)
 def test_falcon_h1_at_the_config_defaults_builds_and_matches_transformers(tmp_path: Path) -> None:
-    from mcore_grpo.models import families
+    from model_matrix import families
 
     checkpoint = tmp_path / "falcon_h1"
     families.write_checkpoint(

@@ -20,7 +20,7 @@ from tests.support.model_checks import LOGITS_DIFFERENCE, child_figure
 
 @pytest.mark.timeout(600)
 def test_gemma3_checkpoint_with_a_full_second_layer_matches_transformers(tmp_path: Path) -> None:
-    from mcore_grpo.models import families
+    from model_matrix import families
 
     checkpoint = tmp_path / "gemma3"
     families.write_checkpoint(checkpoint, "Gemma3ForCausalLM")

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(
 def test_minimax_m2_builds_on_local_spec_and_matches_transformers(
     gloo_world: None, tmp_path: Path
 ) -> None:
-    from mcore_grpo.models import checks, families
+    from model_matrix import checks, families
 
     arch = "MiniMaxM2ForCausalLM"
     families.write_checkpoint(tmp_path / arch, arch)

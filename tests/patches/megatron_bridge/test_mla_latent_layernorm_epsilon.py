@@ -14,7 +14,7 @@ from pathlib import Path
 
 
 def test_glm47_flash_latent_norms_match_transformers(gloo_world: None, tmp_path: Path) -> None:
-    from mcore_grpo.models import checks, families
+    from model_matrix import checks, families
 
     checkpoint = tmp_path / "glm47-flash"
     families.write_checkpoint(

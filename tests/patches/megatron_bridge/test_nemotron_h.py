@@ -37,7 +37,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def _checkpoint(tmp_path: Path) -> Path:
-    from mcore_grpo.models import families
+    from model_matrix import families
     from safetensors import safe_open
 
     checkpoint = tmp_path / "nemotron_h"

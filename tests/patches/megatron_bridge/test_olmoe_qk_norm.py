@@ -69,7 +69,7 @@ def test_olmoe_k_norm_has_the_key_heads_and_experts_map(mcore_device: str) -> No
 
 @pytest.mark.timeout(900)
 def test_olmoe_gqa_tp2_matches_transformers_and_tp1_grads(tmp_path: Path) -> None:
-    from mcore_grpo.models import families
+    from model_matrix import families
 
     checkpoint = tmp_path / "olmoe"
     families.write_checkpoint(checkpoint, "OlmoeForCausalLM")  # 4 heads, 2 KV heads, 4 experts

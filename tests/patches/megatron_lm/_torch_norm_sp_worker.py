@@ -17,7 +17,7 @@ from tests.patches.tp_grads import norm_grads
 def main(rank: int, world: int, port: int, checkpoint: str, result: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    from mcore_grpo.models import families
+    from model_matrix import families
 
     vocab = families.TINY_SIZES["vocab_size"]
     d1, g1 = norm_grads(Path(checkpoint), 1, vocab)

@@ -65,7 +65,7 @@ def test_local_hybrid_stack_builds_with_torch_norms(mcore_device: str) -> None:
 
 @pytest.mark.timeout(600)
 def test_nemotron_h_checkpoint_matches_transformers(tmp_path: Path) -> None:
-    from mcore_grpo.models import families
+    from model_matrix import families
 
     checkpoint = tmp_path / "nemotron_h"
     families.write_checkpoint(checkpoint, "NemotronHForCausalLM")

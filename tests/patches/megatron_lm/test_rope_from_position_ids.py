@@ -23,7 +23,7 @@ from pathlib import Path
 import torch, torch.distributed as dist
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
 dist.init_process_group("gloo", rank=0, world_size=1)
-from mcore_grpo.models import checks, families
+from model_matrix import checks, families
 from mcore_grpo.worker.forward import model_logits
 vocab = families.TINY_SIZES["vocab_size"]
 prompt, completion, samples = 6, 4, 3
@@ -54,7 +54,7 @@ print("DIFF", worst)
 
 @pytest.mark.timeout(600)
 def test_completions_after_a_shared_prompt_score_as_in_their_own_rows(tmp_path: Path) -> None:
-    from mcore_grpo.models import families
+    from model_matrix import families
 
     checkpoint = tmp_path / "llama"
     families.write_checkpoint(checkpoint, "LlamaForCausalLM")

@@ -26,7 +26,7 @@ import torch, torch.distributed as dist
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
 dist.init_process_group("gloo", rank=0, world_size=1)
 from megatron.core.transformer.shared_prefix_attention import SharedPrefixParams, segments_of_groups
-from mcore_grpo.models import checks, families
+from model_matrix import checks, families
 from mcore_grpo.worker.forward import model_logits
 vocab = families.TINY_SIZES["vocab_size"]
 prompt, lengths = 6, [4, 2, 5]
@@ -52,7 +52,7 @@ print("DIFF", worst)
 
 @pytest.mark.timeout(600)
 def test_completions_score_as_in_their_own_rows_without_a_mask(tmp_path: Path) -> None:
-    from mcore_grpo.models import families
+    from model_matrix import families
 
     checkpoint = tmp_path / "llama"
     families.write_checkpoint(checkpoint, "LlamaForCausalLM")

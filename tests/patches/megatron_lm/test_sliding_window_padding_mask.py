@@ -26,7 +26,7 @@ from pathlib import Path
 import torch, torch.distributed as dist
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
 dist.init_process_group("gloo", rank=0, world_size=1)
-from mcore_grpo.models import checks, families
+from model_matrix import checks, families
 from tests.support.dense_reference import masked_logits
 vocab = families.TINY_SIZES["vocab_size"]
 ids = checks.tokens(vocab)[:1]
@@ -44,7 +44,7 @@ print("DIFF", float((plain - left).abs().max()))
 def test_left_padded_row_matches_the_unpadded_row_in_a_sliding_window_model(
     tmp_path: Path,
 ) -> None:
-    from mcore_grpo.models import families
+    from model_matrix import families
 
     checkpoint = tmp_path / "gemma3"
     families.write_checkpoint(checkpoint, "Gemma3ForCausalLM")

@@ -94,7 +94,7 @@ def test_sequence_parallel_norm_grads_match_tp1(tmp_path: Path) -> None:
     sequence, so the norm weights' gradients must be summed over the TP group, which
     finalize_model_grads does for weights marked `sequence_parallel`. A tiny Llama at TP=2 with
     sequence parallelism: logits within 1e-4 of transformers', norm gradients those of TP=1."""
-    from mcore_grpo.models import families
+    from model_matrix import families
 
     checkpoint = tmp_path / "llama"
     families.write_checkpoint(checkpoint, "LlamaForCausalLM")

@@ -321,23 +321,24 @@ def test_every_suite_state_is_read_back_until_anything_it_depends_on_changes(
     write(sandbox.root, {"patches/upstream-tests.toml": SUITES.replace("60", "61")})
     assert _read_back(again()) == ""
     # A plugin source appearing (or changing) is a new key too.
-    write(sandbox.root, {"integration/mcore_grpo/upstream_cpu.py": "# a plugin\n"})
+    write(sandbox.root, {"integration/upstream_pytest/cpu.py": "# a plugin\n"})
     assert _read_back(again()) == ""
     assert _read_back(again()).startswith("3 of 3")
 
 
-def test_plugin_sources_follow_the_plugins_imports_within_mcore_grpo() -> None:
+def test_plugin_sources_follow_the_plugins_imports_within_our_packages() -> None:
     from tools.patchtool.verify.state_cache import plugin_sources
 
     root = Path(__file__).resolve().parents[3]
     found = {
         p.relative_to(root / "integration").as_posix()
-        for p in plugin_sources(root, ["mcore_grpo.upstream_cpu", "mcore_grpo.upstream_nemo_rl"])
+        for p in plugin_sources(root, ["upstream_pytest.cpu", "upstream_pytest.nemo_rl"])
     }
     assert {
         "mcore_grpo/__init__.py",
-        "mcore_grpo/upstream_cpu.py",
-        "mcore_grpo/upstream_cpu_causes.py",
+        "upstream_pytest/__init__.py",
+        "upstream_pytest/cpu.py",
+        "upstream_pytest/cpu_causes.py",
         "mcore_grpo/worker/cpu.py",
         "mcore_grpo/grpo/nemo_rl/automodel_compat.py",
     } <= found

@@ -25,7 +25,7 @@ the tree before the series and on the series (the regression gate: a test that p
 and not after fails verify). Figures from `tools/patches verify --record` ({record}); "not passing
 before" counts tests that already fail or skip without the series, "causes" why tests do not
 pass on the series (on this CPU machine; `needs ...` are skips by the CPU compatibility layer,
-`integration/mcore_grpo/upstream_cpu.py`). "on main" is the same proof where the PR goes:
+`integration/upstream_pytest/cpu.py`). "on main" is the same proof where the PR goes:
 `tools/patches verify --on main --record` ({main_record}) replays the series on each
 upstream's `main` (each patch's port where it has one, "port") and proves the patch's upstream
 test there: it passes with the series and fails with the patch's change left out.

@@ -157,10 +157,10 @@ def pytest_args(junit: Path, nodes: list[str]) -> list[str]:
     return [*args, f"--junitxml={junit}", *sorted(set(nodes))]
 
 
-# The CPU compatibility layer for the upstreams' own tests (integration/mcore_grpo/upstream_cpu.py):
+# The CPU compatibility layer for the upstreams' own tests (integration/upstream_pytest/cpu.py):
 # nccl -> gloo and CUDA devices -> CPU where CUDA is absent; failures caused only by missing
 # hardware or packages are reported as skips that say so.
-UPSTREAM_CPU_PLUGIN = "mcore_grpo.upstream_cpu"
+UPSTREAM_CPU_PLUGIN = "upstream_pytest.cpu"
 
 
 def upstream_pytest_args(suite: UpstreamSuite) -> list[str]:

@@ -15,8 +15,8 @@ Everything a state's outcomes depend on goes into its key, so nothing is reused 
 - the state itself: its upstream, nodes, test directories, the patches it reverse-applies,
   the paths it keeps and, for a gate baseline, the tests it leaves out (baseline.py);
 - for an upstream suite state: the suite's layout and pytest arguments, and the sources of the
-  plugins the run loads (`mcore_grpo.upstream_cpu` and the suite's `-p` modules) with every
-  `mcore_grpo` module they import;
+  plugins the run loads (`upstream_pytest.cpu` and the suite's `-p` modules) with every
+  module of ours they import (`upstream_pytest`, `mcore_grpo`);
 - for one of our tripwire states: every file under `tests/` and `integration/` and
   `pyproject.toml` (our tests import both, and pytest reads its configuration there);
 - the interpreter (path and version) and its installed distributions (dist-info names carry
@@ -45,7 +45,9 @@ from .states import VerifyState
 
 CACHE_DIR = Path(".cache") / "patchtool" / "states"
 FORMAT = 2  # bump when what a cache file holds changes
-INTEGRATION = Path("integration")  # where the `mcore_grpo` plugins live
+INTEGRATION = Path("integration")  # where the plugins (`upstream_pytest`) and `mcore_grpo` live
+# The top-level packages under INTEGRATION a plugin may import: their modules key a state too.
+OUR_PACKAGES = ("upstream_pytest", "mcore_grpo")
 PROJECT_DIRS = ("tests", "integration")  # what our tripwire states import from this repository
 # How verify runs a state: a change here may change outcomes.
 RUNNER_SOURCES = (
@@ -86,7 +88,7 @@ def _imports(path: Path) -> set[str]:
 
 
 def plugin_sources(root: Path, plugins: list[str]) -> list[Path]:
-    """The files of `plugins` and of every `mcore_grpo` module they import, transitively, with
+    """The files of `plugins` and of every module of OUR_PACKAGES they import, transitively, with
     the packages' `__init__.py` on the way (all run when a plugin loads)."""
     seen: dict[str, Path] = {}
     todo = list(plugins)
@@ -95,13 +97,13 @@ def plugin_sources(root: Path, plugins: list[str]) -> list[Path]:
         parts = name.split(".")
         for k in range(1, len(parts) + 1):
             prefix = ".".join(parts[:k])
-            if prefix in seen or not prefix.startswith("mcore_grpo"):
+            if prefix in seen or parts[0] not in OUR_PACKAGES:
                 continue
             path = _module_file(root, prefix)
             if path is None:
                 continue
             seen[prefix] = path
-            todo += [m for m in _imports(path) if m.startswith("mcore_grpo")]
+            todo += [m for m in _imports(path) if m.split(".")[0] in OUR_PACKAGES]
     return sorted(set(seen.values()))
 
 

@@ -1,8 +1,8 @@
 """pytest plugin for NeMo-RL's own unit tests on this machine, loaded after
-`mcore_grpo.upstream_cpu` (`args` of [NeMo-RL] in patches/upstream-tests.toml):
+`upstream_pytest.cpu` (`args` of [NeMo-RL] in patches/upstream-tests.toml):
 
-    cd <NeMo-RL tree> && python -m pytest -p mcore_grpo.upstream_cpu \
-        -p mcore_grpo.upstream_nemo_rl tests/unit/...
+    cd <NeMo-RL tree> && python -m pytest -p upstream_pytest.cpu \
+        -p upstream_pytest.nemo_rl tests/unit/...
 
 NeMo-RL's `tests/unit/conftest.py` starts one Ray cluster per session (autouse
 `init_ray_cluster` -> `nemo_rl.distributed.virtual_cluster.init_ray`). Three things about that
@@ -51,7 +51,6 @@ import os
 from typing import Any
 
 import pytest
-
 from mcore_grpo.grpo.nemo_rl.automodel_compat import prepare_automodel
 
 START_ATTEMPTS = 3

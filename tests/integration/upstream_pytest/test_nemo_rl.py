@@ -1,4 +1,4 @@
-"""mcore_grpo.upstream_nemo_rl: the `ray.init` NeMo-RL's own test sessions get (a private
+"""upstream_pytest.nemo_rl: the `ray.init` NeMo-RL's own test sessions get (a private
 cluster, no dashboard, a slow raylet retried), checked against a recording stand-in for
 `ray.init` (no cluster is started here; `tools/patches verify NeMo-RL` runs the real one)."""
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from mcore_grpo.grpo.nemo_rl import source
-from mcore_grpo.upstream_nemo_rl import (
+from upstream_pytest.nemo_rl import (
     PLACEMENT_RETRIES_VAR,
     SETUP_HOOK,
     START_ATTEMPTS,
@@ -93,7 +93,7 @@ ACTORS_SCRIPT = """
 from nemo_rl.distributed import ray_actor_environment_registry as registry
 from nemo_rl.distributed.virtual_cluster import PY_EXECUTABLES
 
-from mcore_grpo.upstream_nemo_rl import actors_on_this_interpreter
+from upstream_pytest.nemo_rl import actors_on_this_interpreter
 
 v2 = "nemo_rl.models.policy.workers.dtensor_policy_worker_v2.DTensorPolicyWorkerV2"
 assert registry.ACTOR_ENVIRONMENT_REGISTRY[v2].startswith("uv run"), registry.ACTOR_ENVIRONMENT_REGISTRY[v2]

@@ -1,8 +1,8 @@
 """Run the model matrix: every row's checks in one spawned 2-rank gloo group, results as JSON.
 
-    uv run python -m mcore_grpo.models.matrix                  # all rows -> docs/models.{json,md}
-    uv run python -m mcore_grpo.models.matrix --arch GemmaForCausalLM   # re-measure some rows
-    uv run python -m mcore_grpo.models.matrix --check          # the page is current (CI)
+    uv run python -m model_matrix.matrix                  # all rows -> docs/models.{json,md}
+    uv run python -m model_matrix.matrix --arch GemmaForCausalLM   # re-measure some rows
+    uv run python -m model_matrix.matrix --check          # the page is current (CI)
 
 Per architecture: megatron logits vs `transformers`' at TP=1, TP=2 and, for MoE, EP=2; the
 export of a changed model (at TP=2, or EP=2 for MoE: the sharded layout is the one that can go
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mcore_grpo.models.verdict import TOLERANCE, passes
+from model_matrix.verdict import TOLERANCE, passes
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 JSON_PATH = REPO_ROOT / "docs" / "models.json"
 MARKDOWN_PATH = REPO_ROOT / "docs" / "models.md"
 WORLD = 2
@@ -57,7 +57,7 @@ def one_line(err: BaseException) -> str:
     where = ""
     frames = traceback.extract_tb(root.__traceback__)
     for frame in reversed(frames):
-        for marker in ("/megatron/", "/transformers/", "/mcore_grpo/"):
+        for marker in ("/megatron/", "/transformers/", "/mcore_grpo/", "/model_matrix/"):
             if marker in frame.filename:
                 where = f"{marker.strip('/')}/{frame.filename.split(marker, 1)[1]}:{frame.lineno}"
                 break
@@ -124,7 +124,7 @@ def run_row(arch: str, workdir: Path, log: Callable[[str], None]) -> dict[str, A
     """Every check of `arch` on this rank (all ranks call it together)."""
     import torch.distributed as dist
 
-    from mcore_grpo.models import checks, families
+    from model_matrix import checks, families
 
     started = time.monotonic()
     checkpoint, exported = workdir / arch, workdir / f"{arch}-exported"
@@ -295,8 +295,9 @@ def versions() -> dict[str, str]:
 
 def document(measured: list[dict[str, Any]], previous: dict[str, Any] | None) -> dict[str, Any]:
     """The JSON of every Bridge architecture: `measured` rows replace `previous` ones."""
-    from mcore_grpo.models import families
     from mcore_grpo.worker.bridge_source import import_auto_bridge
+
+    from model_matrix import families
 
     today = datetime.date.today().isoformat()
     current = families.rows(import_auto_bridge().list_supported_models())
@@ -332,11 +333,12 @@ def document(measured: list[dict[str, Any]], previous: dict[str, Any] | None) ->
 
 def check(json_path: Path, markdown_path: Path) -> list[str]:
     """Why the page is not current (empty when it is)."""
-    from mcore_grpo.models import families, page
     from mcore_grpo.worker.bridge_source import import_auto_bridge
 
+    from model_matrix import families, page
+
     if not json_path.is_file():
-        return [f"{json_path} is missing: run `uv run python -m mcore_grpo.models.matrix`"]
+        return [f"{json_path} is missing: run `uv run python -m model_matrix.matrix`"]
     doc = json.loads(json_path.read_text())
     problems = page.stale_rows(doc, families.rows(import_auto_bridge().list_supported_models()))
     if not markdown_path.is_file() or markdown_path.read_text() != page.render(doc):
@@ -347,7 +349,7 @@ def check(json_path: Path, markdown_path: Path) -> list[str]:
 def build_parser() -> argparse.ArgumentParser:
     """The CLI's arguments (the nightly workflow's invocation is checked against them)."""
     parser = argparse.ArgumentParser(
-        prog="python -m mcore_grpo.models.matrix", description=__doc__.split("\n")[0]
+        prog="python -m model_matrix.matrix", description=__doc__.split("\n")[0]
     )
     parser.add_argument(
         "--arch",
@@ -383,8 +385,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from mcore_grpo.models import families, page
     from mcore_grpo.worker.bridge_source import import_auto_bridge
+
+    from model_matrix import families, page
 
     if args.check:
         problems = check(args.json, args.markdown)
@@ -392,7 +395,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"models: {line}", file=sys.stderr)
         if problems:
             print(
-                "models: re-run `uv run python -m mcore_grpo.models.matrix` (or --arch for the rows named)",
+                "models: re-run `uv run python -m model_matrix.matrix` (or --arch for the rows named)",
                 file=sys.stderr,
             )
         return 1 if problems else 0

@@ -1,4 +1,4 @@
-"""The matrix oracle's corrections (`mcore_grpo.models.oracle`) against transformers' own code.
+"""The matrix oracle's corrections (`model_matrix.oracle`) against transformers' own code.
 
 The GLM-5 correction rotates interleaved RoPE pairs with 5.8.1's half-split function; the
 reference is transformers' own `apply_rotary_pos_emb_interleave` (DeepSeek-V3's, the function
@@ -8,7 +8,7 @@ reference is transformers' own `apply_rotary_pos_emb_interleave` (DeepSeek-V3's,
 from __future__ import annotations
 
 import torch
-from mcore_grpo.models import oracle
+from model_matrix import oracle
 
 
 def test_interleaved_rope_is_transformers_deepseek_v3_interleave() -> None:

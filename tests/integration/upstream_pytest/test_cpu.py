@@ -1,5 +1,5 @@
-"""mcore_grpo.upstream_cpu, the pytest plugin for running the upstreams' own test suites without
-CUDA: pytest runs in a subprocess with `-p mcore_grpo.upstream_cpu` on small synthetic test
+"""upstream_pytest.cpu, the pytest plugin for running the upstreams' own test suites without
+CUDA: pytest runs in a subprocess with `-p upstream_pytest.cpu` on small synthetic test
 files (no megatron import), and each test's outcome and skip reason is read from its JUnit XML.
 """
 
@@ -172,7 +172,7 @@ def test_runs_what_cpu_can_and_skips_what_needs_cuda(
         test_needs_te_at_import=NEEDS_TE_AT_IMPORT,
         test_module_level_skip=MODULE_LEVEL_SKIP,
     )
-    result, outcomes = _outcomes(pytester, "-p", "mcore_grpo.upstream_cpu", "-rs")
+    result, outcomes = _outcomes(pytester, "-p", "upstream_pytest.cpu", "-rs")
 
     result.stdout.fnmatch_lines(["upstream-cpu: no CUDA: CPU compatibility layer active*"])
     # A module whose import needs a CUDA-only package is skipped, not a collection error.
@@ -218,7 +218,7 @@ def test_cuda_stream():
 """,
     )
     # fake_cuda is registered first, so the plugin sees CUDA "available" when it installs.
-    result, outcomes = _outcomes(pytester, "-p", "fake_cuda", "-p", "mcore_grpo.upstream_cpu")
+    result, outcomes = _outcomes(pytester, "-p", "fake_cuda", "-p", "upstream_pytest.cpu")
 
     result.stdout.fnmatch_lines(["upstream-cpu: CUDA is available; *layer is off (no-op)"])
     assert outcomes == {"test_set_device_untouched": "passed", "test_cuda_stream": "failed"}

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
 from mcore_grpo.worker.config import ModelConfig, ParallelConfig, WorkerConfig
 
 TOKENS_SHAPE = (2, 12)
@@ -34,7 +33,7 @@ def transformers_logits(checkpoint: Path, vocab: int) -> torch.Tensor:
     written once, so a row's layouts and its export check load it once per rank)."""
     from transformers import AutoModelForCausalLM
 
-    from mcore_grpo.models import families, oracle
+    from model_matrix import families, oracle
 
     arch = families.architecture(checkpoint)
     options = {"attn_implementation": oracle.ATTENTION[arch]} if arch in oracle.ATTENTION else {}
@@ -46,7 +45,7 @@ def transformers_logits(checkpoint: Path, vocab: int) -> torch.Tensor:
 def worker_config(checkpoint: Path, tp: int, ep: int, vocab: int) -> WorkerConfig:
     """The fp32 CPU worker config of `checkpoint` (`vocab` ids) at TP=`tp` x EP=`ep`, with
     sequence parallelism at TP > 1 for the architectures `families.SEQUENCE_PARALLEL` names."""
-    from mcore_grpo.models import families
+    from model_matrix import families
 
     sequence_parallel = tp > 1 and families.architecture(checkpoint) in families.SEQUENCE_PARALLEL
     return WorkerConfig(
@@ -67,10 +66,9 @@ def imported_model(
 ) -> Iterator[tuple[WorkerConfig, Any]]:
     """The model Bridge builds from `checkpoint` at `tp` x `ep` (eval mode, no_grad), with the
     model-parallel state it needs for the block."""
-    from megatron.core import parallel_state
-
     from mcore_grpo.worker.cpu import cpu_device, model_parallel_seed
     from mcore_grpo.worker.model import build_gpt
+    from megatron.core import parallel_state
 
     parallel_state.initialize_model_parallel(
         tensor_model_parallel_size=tp, expert_model_parallel_size=ep, expert_tensor_parallel_size=1
@@ -116,9 +114,8 @@ def export_difference(checkpoint: Path, out: Path, tp: int, ep: int, vocab: int)
     max |changed megatron - exported transformers| on this rank. The exported logits must
     also differ from the original's, or the export did not carry the change."""
     import torch.distributed as dist
-    from megatron.core import parallel_state
-
     from mcore_grpo.worker.hf_export import export_hf
+    from megatron.core import parallel_state
 
     with imported_model(checkpoint, tp, ep, vocab) as (config, gpt):
         shard = torch.Generator().manual_seed(100 + parallel_state.get_tensor_model_parallel_rank())
@@ -138,10 +135,9 @@ def export_difference(checkpoint: Path, out: Path, tp: int, ep: int, vocab: int)
 def grpo_step(checkpoint: Path, tp: int, ep: int, vocab: int) -> dict[str, float]:
     """One `MegatronPolicyWorker.train` step with the GRPO loss on a fixed batch: the loss and
     how far the weights moved (largest absolute change on this rank)."""
-    from megatron.core import parallel_state
-
     from mcore_grpo.grpo.algorithm import loss as grpo_loss
     from mcore_grpo.worker.policy_worker import MegatronPolicyWorker
+    from megatron.core import parallel_state
 
     config = worker_config(checkpoint, tp, ep, vocab)
     try:

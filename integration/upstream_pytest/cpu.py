@@ -1,7 +1,7 @@
 """pytest plugin: run an upstream's OWN test suite (Megatron-LM, Megatron-Bridge, NeMo-RL) on a
 machine without CUDA.
 
-    cd <upstream tree> && python -m pytest -p mcore_grpo.upstream_cpu tests/unit_tests/...
+    cd <upstream tree> && python -m pytest -p upstream_pytest.cpu tests/unit_tests/...
 
 The upstream suites are written for GPU CI: Megatron-LM's `Utils.initialize_distributed`
 (tests/unit_tests/test_utilities.py) calls `torch.cuda.set_device(rank %
@@ -28,9 +28,9 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
-
-from mcore_grpo.upstream_cpu_causes import hardware_cause
 from mcore_grpo.worker.cpu import CudaToCpuMode, _install, _is_cuda_device, _uninstall
+
+from upstream_pytest.cpu_causes import hardware_cause
 
 PREFIX = "upstream-cpu"
 
@@ -222,7 +222,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if _STATE["cuda"]:
         return [f"{PREFIX}: CUDA is available; the CPU compatibility layer is off (no-op)"]
     return [
-        f"{PREFIX}: no CUDA: CPU compatibility layer active (mcore_grpo.upstream_cpu):",
+        f"{PREFIX}: no CUDA: CPU compatibility layer active (upstream_pytest.cpu):",
         "  init_process_group/new_group backend nccl -> gloo; torch.cuda.set_device no-op;",
         "  torch.cuda.device_count 0 -> 1 (is_available stays False); torch.cuda.current_device",
         "  -> cpu; current/default_stream -> no-op stream; synchronize/empty_cache no-op;",

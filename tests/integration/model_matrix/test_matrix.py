@@ -1,4 +1,4 @@
-"""The model matrix (`mcore_grpo.models`): a fixed sample re-measured, the page current, bad input.
+"""The model matrix (`model_matrix`): a fixed sample re-measured, the page current, bad input.
 
 The full matrix (every row of docs/models.json, ~6 min on 2 cores) is too slow for each CI
 run; the sample below is measured here from scratch, through the same code that wrote the
@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 
 import pytest
-from mcore_grpo.models import matrix, page, verdict
+from model_matrix import matrix, page, verdict
 
 from tests.support.device import MULTI_RANK_CPU
 
@@ -91,7 +91,7 @@ def test_a_failure_is_one_line_naming_where() -> None:
 
 
 def test_regressions_name_rows_that_passed_and_no_longer_do() -> None:
-    from mcore_grpo.models.matrix import regressions
+    from model_matrix.matrix import regressions
 
     baseline = json.loads(matrix.JSON_PATH.read_text())
     passing = [row for row in baseline["rows"] if verdict.passes(row)]

@@ -1,5 +1,5 @@
 """Why an upstream test failed on this CPU machine, when the only reason is missing hardware
-or a CUDA-only package: the table the CPU plugin (upstream_cpu.py) turns into skip reasons.
+or a CUDA-only package: the table the CPU plugin (cpu.py) turns into skip reasons.
 
 Why its own module: the plugin installs redirects and hooks; this is the one list of causes,
 each with the upstream message it recognises, read and extended on its own.
