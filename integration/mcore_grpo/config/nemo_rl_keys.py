@@ -1,5 +1,6 @@
 """NeMo-RL config keys read specially: the ones this project refuses on purpose (with
-NeMo-RL's default and why), and the ones NeMo-RL's example configs write as interpolations.
+NeMo-RL's default and why), the ones NeMo-RL's example configs write as interpolations, and
+the settings both configs share (`shared_settings`: the NeMo-RL driver's overrides, derived).
 
 `mcore_grpo.config.loader` consults both while it builds the schema
 (`mcore_grpo.config.schema`), so a NeMo-RL user's YAML loads or is refused with the reason.
@@ -7,6 +8,8 @@ NeMo-RL's default and why), and the ones NeMo-RL's example configs write as inte
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Collection
 from typing import Any
 
 from mcore_grpo.config.schema import ConfigError
@@ -87,3 +90,29 @@ INTERPOLATED_DEFAULTS: dict[str, str] = {
     "grpo.adv_estimator.normalize_rewards": "${grpo.normalize_rewards}",
     "grpo.adv_estimator.use_leave_one_out_baseline": "${grpo.use_leave_one_out_baseline}",
 }
+
+
+def field_paths(section: Any, prefix: str = "") -> dict[str, Any]:
+    """Every setting of a config dataclass (`RunConfig`, or one section) by its dotted key
+    (``policy.megatron_cfg.optimizer.lr``), the key a YAML config spells it by."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(section):
+        value = getattr(section, f.name)
+        if dataclasses.is_dataclass(value):
+            out |= field_paths(value, f"{prefix}{f.name}.")
+        else:
+            out[f"{prefix}{f.name}"] = value
+    return out
+
+
+def shared_settings(config: Any, nemo_rl_keys: Collection[str]) -> dict[str, Any]:
+    """The settings of `config` (a `RunConfig`) that NeMo-RL has too, derived from the two
+    schemas: every field whose dotted key is one of `nemo_rl_keys` (NeMo-RL's config, flattened
+    the same way), with its value. Our keys are NeMo-RL's names, so nothing is listed twice; a
+    key NeMo-RL's config writes as an interpolation of another (INTERPOLATED_DEFAULTS) is left
+    to it where ours is unset (None), as in NeMo-RL."""
+    return {
+        key: value
+        for key, value in field_paths(config).items()
+        if key in nemo_rl_keys and not (value is None and key in INTERPOLATED_DEFAULTS)
+    }

@@ -122,8 +122,9 @@ class PackedRows:
         real = RealTokens(valid)
         width = max(min_width, max((real.packed_length(g, ends) for g in groups), default=0))
         width = -(-width // multiple) * multiple
-        packed_ids = torch.zeros(len(groups), width, dtype=input_ids.dtype, device=device)
-        packed_pos = torch.zeros(len(groups), width, dtype=positions.dtype, device=device)
+        rows, width = expert_parallel_shape(len(groups), width, device)
+        packed_ids = torch.zeros(rows, width, dtype=input_ids.dtype, device=device)
+        packed_pos = torch.zeros(rows, width, dtype=positions.dtype, device=device)
         row_of = torch.zeros(batch, dtype=torch.long, device=device)
         # Column t's index among its row's real tokens; t < prefix: in the shared prefix.
         real_index = valid.long().cumsum(dim=1) - 1
@@ -170,6 +171,25 @@ class PackedRows:
             flat, targets.flatten(), vocab_size, temperature, rows.flatten()
         ).view_as(targets)
         return torch.where(self.scored, logprobs, torch.zeros_like(logprobs))
+
+
+def expert_parallel_shape(rows: int, width: int, device: torch.device) -> tuple[int, int]:
+    """(rows, width) of the packed rows, agreed over the expert-parallel group: the largest
+    of each. megatron-core's MoE token dispatchers exchange every EP rank's tokens in
+    collectives of equal sizes, and EP ranks hold other rows (they are data-parallel ranks), so
+    each packs to the same [R, T]; the extra rows and columns are padding, which no segment
+    covers and nothing scores (tensor-parallel peers hold the same rows already)."""
+    from megatron.core import parallel_state
+
+    if (
+        not parallel_state.model_parallel_is_initialized()
+        or parallel_state.get_expert_model_parallel_world_size() == 1
+    ):
+        return rows, width
+    shape = torch.tensor([rows, width], dtype=torch.long, device=device)
+    group = parallel_state.get_expert_model_parallel_group()
+    torch.distributed.all_reduce(shape, op=torch.distributed.ReduceOp.MAX, group=group)
+    return int(shape[0]), int(shape[1])
 
 
 def _segment_params(segments: list[tuple[int, int, int, int]], width: int) -> Any:

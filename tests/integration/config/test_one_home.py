@@ -16,9 +16,10 @@ from typing import Any
 
 from mcore_grpo.config import grpo, loss, policy, schema, task
 from mcore_grpo.config.schema import RunConfig
+from mcore_grpo.grpo.nemo_rl.source import require_nemo_rl
 from mcore_grpo.grpo.ranks.messages import TaskTokens
 from mcore_grpo.grpo.ranks.worker_settings import worker_config
-from mcore_grpo.nemo_rl_driver.config import cpu_overrides
+from mcore_grpo.nemo_rl_driver.config import EXAMPLE_CONFIG, cpu_overrides
 from mcore_grpo.worker import config as worker_module
 from mcore_grpo.worker.config import WorkerConfig
 
@@ -105,6 +106,29 @@ def _field_paths(obj: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _leaves(tree: dict[str, Any], prefix: str = "") -> set[str]:
+    return {
+        k
+        for key, value in tree.items()
+        for k in (
+            _leaves(value, f"{prefix}{key}.")
+            if isinstance(value, dict) and value
+            else {f"{prefix}{key}"}
+        )
+    }
+
+
+def _nemo_rl_example_keys() -> set[str]:
+    """The dotted keys of NeMo-RL's example Megatron GRPO config, loaded from NeMo-RL's own
+    file as its driver loads it: the oracle for which keys exist."""
+    from nemo_rl.utils.config import load_config, register_omegaconf_resolvers
+    from omegaconf import OmegaConf
+
+    register_omegaconf_resolvers()
+    cfg = load_config(require_nemo_rl() / EXAMPLE_CONFIG)
+    return _leaves(OmegaConf.to_container(cfg, resolve=False))  # type: ignore[arg-type]
+
+
 # NeMo-RL keys the NeMo-RL driver sets that are no setting of ours: what a CPU run needs
 # switched off, or pointed at the run's directory and workers.
 CPU_ONLY = {
@@ -143,20 +167,28 @@ RESOLVED_FOR_NEMO_RL = {
     "policy.megatron_cfg.scheduler.weight_decay_incr_style",
     "checkpointing.save_period",
 }
+# Ours unset (None) means NeMo-RL's own interpolation of another key: left to it.
+LEFT_TO_NEMO_RL = {
+    "grpo.adv_estimator.normalize_rewards",
+    "grpo.adv_estimator.use_leave_one_out_baseline",
+}
 
 
-def test_every_nemo_rl_key_the_driver_sets_is_one_of_our_fields_with_its_value(
-    tmp_path: Any,
-) -> None:
+def test_every_setting_both_configs_have_reaches_nemo_rl_with_its_value(tmp_path: Any) -> None:
+    """Every field of ours whose key NeMo-RL's example config has is passed with our value
+    (derived, so a field added to a section reaches NeMo-RL without a second list); every
+    override is a key NeMo-RL has; what is not ours is a CPU switch."""
+    keys = _nemo_rl_example_keys()
     config = RunConfig()
     ours = _field_paths(config)
-    overrides = dict(o.split("=", 1) for o in cpu_overrides(config, 1, tmp_path))
-    assert set(overrides) >= CPU_ONLY and not CPU_ONLY & set(ours)
-    assert set(overrides) & set(ours) >= RESOLVED_FOR_NEMO_RL
-    read = {k: v for k, v in overrides.items() if k not in CPU_ONLY | RESOLVED_FOR_NEMO_RL}
-    assert len(read) > 30
-    for key, value in read.items():
-        assert key in ours, f"{key}: a NeMo-RL key the driver sets that is no field of RunConfig"
+    overrides = dict(o.split("=", 1) for o in cpu_overrides(config, 1, tmp_path, keys))
+    assert set(overrides) <= keys, set(overrides) - keys
+    assert not CPU_ONLY & set(ours) and set(overrides) - set(ours) == CPU_ONLY
+    shared = (set(ours) & keys) - LEFT_TO_NEMO_RL
+    assert len(shared) > 60 and shared <= set(overrides), shared - set(overrides)
+    for key in shared - RESOLVED_FOR_NEMO_RL:
         expected = ours[key]
         text = "null" if expected is None else str(expected).lower()
-        assert value.lower() == text, f"{key}={value}, but the run config holds {expected!r}"
+        assert overrides[key].strip("'").lower() == text, (
+            f"{key}={overrides[key]}, ours {expected!r}"
+        )

@@ -307,9 +307,13 @@ def test_models_it_applies_to(tp1: None, device: str) -> None:
     assert "sliding windows" in str(unsupported_reason(rope))
 
 
-def _two_rank_figures(parallel: ParallelConfig, moe: MoEConfig | None = None) -> dict[str, float]:
+def _two_rank_figures(
+    parallel: ParallelConfig, moe: MoEConfig | None = None, own_rows: bool = False
+) -> dict[str, float]:
     """One of two ranks (TP=2 or EP=2): the shared rows against the unshared ones on the same
-    model, the same batch on both ranks."""
+    model, the same batch on both ranks, or (`own_rows`, as EP ranks are data-parallel ranks)
+    rank 1 a batch that packs to more and shorter rows: a last row that starts its own group
+    and a shorter completion."""
     from mcore_grpo.worker.cpu import cpu_device, model_parallel_seed
     from megatron.core import parallel_state
 
@@ -326,6 +330,9 @@ def _two_rank_figures(parallel: ParallelConfig, moe: MoEConfig | None = None) ->
             assert resolve(True, gpt)
             gpt.eval()
             ids, valid = _batch("cpu")
+            if own_rows and parallel_state.get_expert_model_parallel_rank() == 1:
+                ids[5, max(PROMPTS) - PROMPTS[1]] += 1  # its prompt differs: its own group
+                valid[4, max(PROMPTS) + COMPLETIONS[1][1] - 1] = False
             with torch.no_grad():
                 shared, _ = shared_prefix_logprobs(gpt, ids, valid, VOCAB, multiple=multiple)
                 unshared = _unshared(gpt, ids, valid)
@@ -373,9 +380,17 @@ def _ep2_moe() -> dict[str, float]:
     return _two_rank_figures(parallel, MoEConfig(num_experts=4, aux_loss_coeff=0.0))
 
 
+def _ep2_moe_own_rows() -> dict[str, float]:
+    """EP=2 with other rows on each rank: the packed shapes differ until agreed."""
+    parallel = ParallelConfig(expert_model_parallel_size=2, expert_tensor_parallel_size=1)
+    return _two_rank_figures(parallel, MoEConfig(num_experts=4, aux_loss_coeff=0.0), True)
+
+
 @pytest.mark.cpu_only(reason=MULTI_RANK_CPU)
 @pytest.mark.parametrize(
-    "rank_fn", [_tp2_plain, _tp2_sequence_parallel, _ep2_moe], ids=["tp2", "tp2-sp", "ep2-moe"]
+    "rank_fn",
+    [_tp2_plain, _tp2_sequence_parallel, _ep2_moe, _ep2_moe_own_rows],
+    ids=["tp2", "tp2-sp", "ep2-moe", "ep2-moe-own-rows"],
 )
 def test_model_parallel_ranks_are_exact(world1: None, rank_fn: Any) -> None:
     results = spawn2(rank_fn, free_port())
