@@ -9,7 +9,13 @@ import torch
 
 from mcore_grpo.config.grpo import GRPOSection
 from mcore_grpo.config.loss import ClippedPGLossConfig
-from mcore_grpo.config.policy import DDPSection, GenerationSection, OptimizerSection, PolicySection
+from mcore_grpo.config.policy import (
+    DDPSection,
+    GenerationSection,
+    MegatronSection,
+    OptimizerSection,
+    PolicySection,
+)
 from mcore_grpo.config.schedule import LRSchedule
 
 
@@ -69,16 +75,22 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class ParallelConfig:
-    """Model-parallel sizes; DP is world_size / (TP * PP)."""
+    """Model-parallel sizes; DP is world_size / (TP * PP). The sizes' defaults are the run
+    config's (`policy.megatron_cfg`); the worker resolves them into one layout."""
 
-    tensor_model_parallel_size: int = 1
-    pipeline_model_parallel_size: int = 1
-    context_parallel_size: int = 1
-    expert_model_parallel_size: int = 1
-    expert_tensor_parallel_size: int | None = None  # None: megatron's default (= TP)
-    sequence_parallel: bool = False
+    tensor_model_parallel_size: int = MegatronSection.tensor_model_parallel_size
+    pipeline_model_parallel_size: int = MegatronSection.pipeline_model_parallel_size
+    context_parallel_size: int = MegatronSection.context_parallel_size
+    expert_model_parallel_size: int = MegatronSection.expert_model_parallel_size
+    # None: megatron-core's own default (= TP). A run passes its config's value; a bare worker
+    # (tests at TP=2 with experts) keeps megatron-core's, not the run config's 1.
+    expert_tensor_parallel_size: int | None = None
+    sequence_parallel: bool = MegatronSection.sequence_parallel
     # How long megatron-core's process groups (TP, DP, ...) wait in a collective; Megatron-LM's
-    # --distributed-timeout-minutes. The groups do not inherit the default group's timeout.
+    # --distributed-timeout-minutes. The groups do not inherit the default group's timeout. A
+    # run passes its cluster's (`cluster.collective_timeout_s`, 120 s: a lost rank is found
+    # fast); a bare worker waits 30 min (Megatron-LM's default is 10; multi-rank tests on 2
+    # cores build models and compile between collectives).
     distributed_timeout_minutes: float = 30.0
 
 

@@ -192,3 +192,26 @@ def test_every_setting_both_configs_have_reaches_nemo_rl_with_its_value(tmp_path
         assert overrides[key].strip("'").lower() == text, (
             f"{key}={overrides[key]}, ours {expected!r}"
         )
+
+
+# ParallelConfig fields whose default differs from the run config's on purpose (said in
+# worker/config.py): ETP None is megatron-core's own (= TP); the timeout is the cluster's in a
+# run and no field of policy.megatron_cfg.
+PARALLEL_OWN = {"expert_tensor_parallel_size", "distributed_timeout_minutes"}
+
+
+def test_the_workers_parallel_sizes_take_the_run_configs_defaults() -> None:
+    from mcore_grpo.config.policy import MegatronSection
+    from mcore_grpo.worker.config import ParallelConfig
+
+    written = _default_expressions(ParallelConfig)
+    megatron = {f.name for f in dataclasses.fields(MegatronSection)}
+    for f in dataclasses.fields(ParallelConfig):
+        if f.name in PARALLEL_OWN:
+            continue
+        expression = written[f.name]
+        assert ast.unparse(expression) == f"MegatronSection.{f.name}", (
+            f"ParallelConfig.{f.name} = {ast.unparse(expression)}: take the default from "
+            f"MegatronSection.{f.name}"
+        )
+        assert f.name in megatron
