@@ -169,3 +169,63 @@ def grpo_batch(vocab: int, rows: int = 4, length: int = 12) -> dict[str, torch.T
         "advantages": torch.tensor([1.0, -1.0, 0.5, -0.5][:rows]),
         "prev_logprobs": -math.log(vocab) + 0.1 * torch.randn(rows, length, generator=g),
     }
+
+
+SHARED_PROMPTS, SHARED_COMPLETIONS = (5, 7), ((2, 6, 4), (3, 1, 5))
+
+
+def shared_prefix_difference(checkpoint: Path, tp: int, ep: int, vocab: int) -> dict[str, Any]:
+    """Shared-prefix rows against whole rows on two groups of three (prompts and completions
+    of unequal lengths) through the worker's logprob entry: the largest logprob difference and
+    the worst relative gradient difference over parameters of one weighted sum of them. Where
+    the worker would not share (`shared_prefix.unsupported_reason`), the reason instead."""
+    from mcore_grpo.worker.logprobs import policy_token_logprobs
+    from mcore_grpo.worker.shared_prefix import enable, unsupported_reason
+
+    with imported_model(checkpoint, tp, ep, vocab) as (config, gpt), torch.enable_grad():
+        reason = unsupported_reason(gpt)
+        if reason is not None:
+            return {"off": reason}
+        enable(gpt)  # as the worker's `resolve` does: rope by the given positions, both layouts
+        ids, valid = shared_prefix_batch(vocab)
+        scored = valid[:, :-1] & valid[:, 1:]
+        weights = torch.randn(scored.shape, generator=torch.Generator().manual_seed(3)) * scored
+        logprobs, grads, tokens_forwarded = {}, {}, {}
+        for shared in (True, False):
+            logprobs[shared], logits = policy_token_logprobs(gpt, ids, valid, config, shared)
+            tokens_forwarded[shared] = logits.shape[0] * logits.shape[1]
+            (logprobs[shared] * weights).sum().backward()
+            grads[shared] = {
+                n: p.grad.detach().clone() for n, p in gpt.named_parameters() if p.grad is not None
+            }
+            gpt.zero_grad(set_to_none=True)
+    if grads[True].keys() != grads[False].keys():
+        raise AssertionError("shared and whole rows reached different parameters")
+    if tokens_forwarded[True] >= tokens_forwarded[False]:
+        raise AssertionError(f"nothing was shared: {tokens_forwarded} columns forwarded")
+    return {
+        "logprobs": float((logprobs[True] - logprobs[False])[scored].abs().max()),
+        "gradients": max(
+            float((g - grads[False][n]).norm() / grads[False][n].norm().clamp(min=1e-12))
+            for n, g in grads[True].items()
+        ),
+    }
+
+
+def shared_prefix_batch(vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """[6, S] ids and valid: per group a left-padded prompt, then each row's completion."""
+    g = torch.Generator().manual_seed(5)
+    start = max(SHARED_PROMPTS)
+    width = start + max(max(c) for c in SHARED_COMPLETIONS)
+    ids = torch.zeros(6, width, dtype=torch.long)
+    valid = torch.zeros(6, width, dtype=torch.bool)
+    for group, (prompt, completions) in enumerate(
+        zip(SHARED_PROMPTS, SHARED_COMPLETIONS, strict=True)
+    ):
+        prompt_ids = torch.randint(1, vocab, (prompt,), generator=g)
+        for member, length in enumerate(completions):
+            row = 3 * group + member
+            ids[row, start - prompt : start] = prompt_ids
+            ids[row, start : start + length] = torch.randint(1, vocab, (length,), generator=g)
+            valid[row, start - prompt : start + length] = True
+    return ids, valid

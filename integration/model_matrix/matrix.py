@@ -162,8 +162,19 @@ def run_row(arch: str, workdir: Path, log: Callable[[str], None]) -> dict[str, A
     step = _check(lambda: checks.grpo_step(checkpoint, tp, ep, vocab), _step_of_ranks)
     row["grpo_step"] = {"layout": name, **step.to_json()}
     log(f"{arch} GRPO step at {name}: {step.value if not step.error else step.error}")
+    name, tp, ep = layouts[-1] if moe else layouts[0]
+    shared = _check(lambda: checks.shared_prefix_difference(checkpoint, tp, ep, vocab), _worst)
+    row["shared_prefix"] = {"layout": name, **shared.to_json()}
+    log(f"{arch} shared prefix at {name}: {shared.value if not shared.error else shared.error}")
     row["seconds"] = round(time.monotonic() - started, 1)
     return row
+
+
+def _worst(values: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ranks' shared-prefix figures: the largest of each (a refusal is the same on all)."""
+    if "off" in values[0]:
+        return values[0]
+    return {key: max(v[key] for v in values) for key in values[0]}
 
 
 def _step_of_ranks(values: list[dict[str, float]]) -> dict[str, float]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from model_matrix.families import UPSTREAM_STATUS, Row
-from model_matrix.verdict import passes, step_passes
+from model_matrix.verdict import passes, shared_prefix_passes, step_passes
 
 COLUMNS = ("TP=1", "TP=2", "EP=2")
 
@@ -24,6 +24,13 @@ def _cell(result: dict[str, Any] | None, reasons: list[str], tolerance: float) -
             reasons.append(result["error"])
         return f"✗ [{reasons.index(result['error']) + 1}]"
     value = result["value"]
+    if isinstance(value, dict) and "off" in value:  # shared prefix refused, with why
+        if value["off"] not in reasons:
+            reasons.append(value["off"])
+        return f"off [{reasons.index(value['off']) + 1}]"
+    if isinstance(value, dict) and "logprobs" in value:  # shared prefix against whole rows
+        mark = "✓" if shared_prefix_passes(result) else "✗"
+        return f"{mark} {value['logprobs']:.0e} / {value['gradients']:.0e}"
     if isinstance(value, dict):  # the GRPO step
         return f"{'✓' if step_passes(value) else '✗'} loss {value['loss']:.3f}"
     return f"{'✓' if value <= tolerance else '✗'} {value:.1e}"
@@ -80,11 +87,17 @@ def _header(
         "`worker.hf_export` and loaded by `transformers`: max |changed megatron - exported|. "
         "GRPO step: one `MegatronPolicyWorker.train` with the GRPO loss; passes when the loss is "
         "finite and the weights move.",
+        "- Shared prefix: two groups of three rows (prompts and completions of unequal lengths) "
+        "through the worker's logprob entry, shared-prefix rows against whole rows, at TP=1 "
+        "(EP=2 for MoE): max |logprob difference| / worst relative gradient difference over "
+        "parameters; pass at <= 1e-05 both. 'off': the worker uses whole rows for this model, "
+        "for the numbered reason.",
         "- `tests/integration/model_matrix/test_matrix.py` re-measures a fixed sample covering every "
         "feature on each CI run.",
         "",
-        "| architecture | Bridge class | features | TP=1 | TP=2 | EP=2 | export | GRPO step | s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| architecture | Bridge class | features | TP=1 | TP=2 | EP=2 | export | GRPO step "
+        "| shared prefix | s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
 
 
@@ -92,14 +105,15 @@ def _row_cells(row: dict[str, Any], reasons: list[str], tolerance: float) -> lis
     """A matrix row's value cells, as far as the row was measured (a row that stops early
     has one cell and dashes: one reason for the row)."""
     if "layouts" not in row and "checkpoint" not in row:  # --arch into a new --json
-        return ["not measured"] + ["-"] * 4
+        return ["not measured"] + ["-"] * 5
     if "layouts" not in row:
-        return [_cell(row["checkpoint"], reasons, tolerance)] + ["-"] * 4
+        return [_cell(row["checkpoint"], reasons, tolerance)] + ["-"] * 5
     if "export" not in row:  # it does not build at TP=1: one reason for the row
-        return [_cell(row["layouts"]["TP=1"], reasons, tolerance)] + ["-"] * 4
+        return [_cell(row["layouts"]["TP=1"], reasons, tolerance)] + ["-"] * 5
     return [_cell(row["layouts"].get(c), reasons, tolerance) for c in COLUMNS] + [
         _cell(row["export"], reasons, tolerance),
         _cell(row["grpo_step"], reasons, tolerance),
+        _cell(row.get("shared_prefix"), reasons, tolerance),
     ]
 
 
@@ -108,7 +122,11 @@ def _failures(rows: list[dict[str, Any]], reasons: list[str]) -> list[str]:
     stands on the failing rows (nothing where every row passes)."""
     lines: list[str] = []
     if reasons:
-        lines += ["", "Reasons (the error each failing check raised, and where):", ""]
+        lines += [
+            "",
+            "Reasons (the error each failing check raised, and where; why shared prefix is off):",
+            "",
+        ]
         # A reason may quote code in backticks itself; inside a code span they would end it.
         quoted = [reason.replace("`", "'") for reason in reasons]
         lines += [f"{i}. `{reason}`" for i, reason in enumerate(quoted, 1)]

@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 TOLERANCE = 1e-4  # fp32, max abs difference of logits
+SHARED_PREFIX_TOLERANCE = 1e-5  # logprobs, and every gradient relative (docs/shared-prefix.md)
 
 
 def step_passes(step: dict[str, float] | None) -> bool:
@@ -20,6 +21,20 @@ def step_passes(step: dict[str, float] | None) -> bool:
     return math.isfinite(step["loss"]) and step["max_weight_change"] > 0
 
 
+def shared_prefix_passes(result: dict[str, Any] | None) -> bool:
+    """The shared-prefix check: off with a named reason (the worker uses whole rows), or
+    logprobs and every parameter's gradient within the bar of whole rows'. A row measured
+    before the column existed has no result and is not held to it."""
+    if result is None:
+        return True
+    value = result.get("value")
+    if value is None:
+        return False
+    if "off" in value:
+        return True
+    return max(value["logprobs"], value["gradients"]) <= SHARED_PREFIX_TOLERANCE
+
+
 def passes(row: dict[str, Any]) -> bool:
     """Every column of an in-matrix row passed."""
     if not row.get("in_matrix") or "export" not in row:
@@ -27,4 +42,6 @@ def passes(row: dict[str, Any]) -> bool:
     values = [v.get("value") for v in row["layouts"].values()] + [row["export"].get("value")]
     if any(v is None or not v <= TOLERANCE for v in values):
         return False
-    return step_passes(row["grpo_step"].get("value"))
+    return step_passes(row["grpo_step"].get("value")) and shared_prefix_passes(
+        row.get("shared_prefix")
+    )

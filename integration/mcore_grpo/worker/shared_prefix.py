@@ -87,12 +87,28 @@ def unsupported_reason(model: torch.nn.Module) -> str | None:
     reason = config_reason(gpt.config, gpt.position_embedding_type)
     if reason is not None:
         return reason
+    rotary = getattr(gpt, "rotary_pos_emb", None)
+    if gpt.position_embedding_type == "rope" and not hasattr(rotary, "get_emb_at_positions"):
+        # A model's own rotary class (Gemma 4's) that rope-from-position-ids.patch did not reach.
+        return f"its rotary embedding ({type(rotary).__name__}) rotates by sequence index only"
+    return attention_reason(model)
+
+
+def attention_reason(model: torch.nn.Module) -> str | None:
+    """Why the model's attention modules would not attend segments exactly, or None."""
+    windowed = getattr(gpt_module(model).config, "window_size", None) is not None
     for module in model.modules():
         attention = getattr(module, "core_attention", None)
-        if attention is not None and type(attention).__name__ not in SEGMENT_ATTENTION:
+        name = type(attention).__name__
+        if attention is not None and name not in SEGMENT_ATTENTION:
             return (
-                f"its attention ({type(attention).__name__}) takes no shared-prefix segments; "
+                f"its attention ({name}) takes no shared-prefix segments; "
                 "megatron-core's local and Transformer Engine attention do"
+            )
+        if windowed and name == "TEDotProductAttention":
+            return (
+                "Transformer Engine's sliding window over segments is unchecked: its test "
+                "(test_transformer_engine_matches_the_local_attention, marked gpu) has not run"
             )
     return None
 
@@ -139,8 +155,6 @@ def config_reason(config: Any, position_embedding_type: str) -> str | None:
         return f"position_embedding_type {kind!r} is not taken from position_ids"
     if (getattr(config, "context_parallel_size", 1) or 1) > 1:
         return "context parallelism would split the segments over ranks, which they do not follow"
-    if getattr(config, "window_size", None) is not None:
-        return "its sliding windows count distance by index in the row"
     if getattr(config, "num_moe_experts", None):
         return _moe_reason(config)
     return None

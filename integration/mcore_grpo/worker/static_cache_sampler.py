@@ -11,7 +11,7 @@ every step:
 - prefill: each row's prompt described to megatron-core as one segment from its first real
   token (`SharedPrefixParams`, shared-prefix-attention.patch: causal attention over the real
   tokens, no mask built), positions counting real tokens; where the model's attention takes
-  no segments (MLA, DSA, sliding windows, attention sinks, megatron-core without the patch)
+  no segments (MLA, DSA, attention sinks, megatron-core without the patch)
   the causal + key-padding mask over the prompt ([B, 1, P, P], `prompt_mask_of`) instead.
   The prompts stay where they are (left-padded, ending at column P - 1): rotations by cache
   index (rope without `rope_from_position_ids`, MLA, yarn) then see the same distances
@@ -155,7 +155,7 @@ def prefill_segments_reason(model: torch.nn.Module) -> str | None:
     A prompt's prefill is one root segment per row: nothing is shared along the row, so what
     rules shared-prefix *training* out (recurrent state, MoE losses, rotation by index) does
     not matter here; only what the patched attention refuses or never sees does."""
-    from mcore_grpo.worker.shared_prefix import SEGMENT_ATTENTION, segment_attention_available
+    from mcore_grpo.worker.shared_prefix import attention_reason, segment_attention_available
 
     if not segment_attention_available():
         return "megatron-core without shared-prefix-attention.patch"
@@ -164,15 +164,9 @@ def prefill_segments_reason(model: torch.nn.Module) -> str | None:
         return "multi-latent attention reads no SharedPrefixParams"
     if getattr(config, "experimental_attention_variant", None) is not None:
         return "an experimental attention variant reads no SharedPrefixParams"
-    if getattr(config, "window_size", None) is not None:
-        return "sliding-window attention is refused with SharedPrefixParams"
     if getattr(config, "softmax_type", "vanilla") != "vanilla":
         return "a softmax offset (attention sinks) is refused with SharedPrefixParams"
-    for module in model.modules():
-        attention = getattr(module, "core_attention", None)
-        if attention is not None and type(attention).__name__ not in SEGMENT_ATTENTION:
-            return f"its attention ({type(attention).__name__}) takes no segments"
-    return None
+    return attention_reason(model)
 
 
 def prompt_mask_of(valid: torch.Tensor) -> torch.Tensor:

@@ -272,7 +272,7 @@ def test_the_config_alone_names_what_rules_it_out() -> None:
     assert "Mamba / gated delta net" in reason(experimental_attention_variant="gated_delta_net")
     assert "sparse attention (DSA)" in reason(experimental_attention_variant="dsa")
     assert "multi-latent attention" in reason(multi_latent_attention=True)
-    assert "sliding windows" in reason(window_size=(4, 0))
+    assert config_reason(SimpleNamespace(window_size=(4, 0)), "rope") is None
     assert "context parallelism" in reason(context_parallel_size=2)
     assert "'yarn' is not taken" in reason("yarn")
     assert "moe_aux_loss_coeff=0.01" in reason(num_moe_experts=4, moe_aux_loss_coeff=0.01)
@@ -282,16 +282,16 @@ def test_the_config_alone_names_what_rules_it_out() -> None:
 def test_an_hf_checkpoint_the_config_rules_out_is_refused_before_the_model_is_built(
     tp1: None, tmp_path: Path
 ) -> None:
-    """Gemma 3 (sliding windows) through Bridge with `shared_prefix=True`: refused from the
-    provider's config, before `provide_distributed_model` builds anything."""
+    """DeepSeek-V3 (multi-latent attention) through Bridge with `shared_prefix=True`: refused
+    from the provider's config, before `provide_distributed_model` builds anything."""
     from model_matrix import families
 
-    checkpoint = tmp_path / "gemma3"
-    families.write_checkpoint(checkpoint, "Gemma3ForCausalLM")
+    checkpoint = tmp_path / "deepseek-v3"
+    families.write_checkpoint(checkpoint, "DeepseekV3ForCausalLM")
     config = WorkerConfig(
         device="cpu", model=ModelConfig(hf_checkpoint=str(checkpoint)), shared_prefix=True
     )
-    with pytest.raises(ValueError, match=r"shared_prefix=True, but .*sliding windows") as caught:
+    with pytest.raises(ValueError, match=r"shared_prefix=True, but .*multi-latent") as caught:
         build_gpt(config)
     frames = [entry.name for entry in caught.traceback]
     assert "refuse_before_build" in frames and "provide_distributed_model" not in frames
@@ -304,7 +304,21 @@ def test_models_it_applies_to(tp1: None, device: str) -> None:
     assert unsupported_reason(rope) is None
     config: Any = rope.config
     config.window_size = (4, 0)
-    assert "sliding windows" in str(unsupported_reason(rope))
+    assert unsupported_reason(rope) is None  # the local attention counts the window in positions
+
+
+@pytest.mark.parametrize("arch", ["MistralForCausalLM", "Exaone4ForCausalLM"])
+def test_sliding_window_models_share_exactly(world1: None, tmp_path: Path, arch: str) -> None:
+    """Bridge's sliding-window families (every layer windowed; windowed and global layers
+    mixed): on by default, logprobs and every gradient those of whole rows (the model
+    matrix's shared-prefix check; the tiny window of 8 cuts into the prompts)."""
+    from model_matrix import checks, families
+
+    checkpoint = tmp_path / arch
+    families.write_checkpoint(checkpoint, arch)
+    figures = checks.shared_prefix_difference(checkpoint, 1, 1, families.TINY_SIZES["vocab_size"])
+    assert "off" not in figures, figures
+    assert figures["logprobs"] <= 1e-5 and figures["gradients"] <= 1e-5, figures
 
 
 def _two_rank_figures(
