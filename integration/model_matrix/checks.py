@@ -212,20 +212,28 @@ def shared_prefix_difference(checkpoint: Path, tp: int, ep: int, vocab: int) -> 
     }
 
 
-def shared_prefix_batch(vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """[6, S] ids and valid: per group a left-padded prompt, then each row's completion."""
-    g = torch.Generator().manual_seed(5)
-    start = max(SHARED_PROMPTS)
-    width = start + max(max(c) for c in SHARED_COMPLETIONS)
-    ids = torch.zeros(6, width, dtype=torch.long)
-    valid = torch.zeros(6, width, dtype=torch.bool)
-    for group, (prompt, completions) in enumerate(
-        zip(SHARED_PROMPTS, SHARED_COMPLETIONS, strict=True)
-    ):
+def shared_prefix_batch(
+    vocab: int,
+    prompts: tuple[int, ...] = SHARED_PROMPTS,
+    completions: tuple[tuple[int, ...], ...] = SHARED_COMPLETIONS,
+    width: int | None = None,
+    seed: int = 5,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """[rows, width] ids and valid: per group a left-padded prompt (`prompts`), then each row's
+    completion (`completions`, one tuple per group), right-padded; `width` at least the
+    longest row (default: exactly)."""
+    g = torch.Generator().manual_seed(seed)
+    start = max(prompts)
+    width = width or start + max(max(c) for c in completions)
+    rows = sum(len(c) for c in completions)
+    ids = torch.zeros(rows, width, dtype=torch.long)
+    valid = torch.zeros(rows, width, dtype=torch.bool)
+    row = 0
+    for prompt, lengths in zip(prompts, completions, strict=True):
         prompt_ids = torch.randint(1, vocab, (prompt,), generator=g)
-        for member, length in enumerate(completions):
-            row = 3 * group + member
+        for length in lengths:
             ids[row, start - prompt : start] = prompt_ids
             ids[row, start : start + length] = torch.randint(1, vocab, (length,), generator=g)
             valid[row, start - prompt : start + length] = True
+            row += 1
     return ids, valid

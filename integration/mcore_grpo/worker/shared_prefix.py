@@ -99,8 +99,10 @@ def attention_reason(model: torch.nn.Module) -> str | None:
     windowed = getattr(gpt_module(model).config, "window_size", None) is not None
     for module in model.modules():
         attention = getattr(module, "core_attention", None)
+        if attention is None:
+            continue
         name = type(attention).__name__
-        if attention is not None and name not in SEGMENT_ATTENTION:
+        if name not in SEGMENT_ATTENTION:
             return (
                 f"its attention ({name}) takes no shared-prefix segments; "
                 "megatron-core's local and Transformer Engine attention do"

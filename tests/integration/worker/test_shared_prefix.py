@@ -79,17 +79,9 @@ def model(tp1: None, device: str) -> Iterator[torch.nn.Module]:
 def _batch(device: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """[6, WIDTH] ids and valid: per group a left-padded prompt, then each row's completion,
     right-padded."""
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.zeros(6, WIDTH, dtype=torch.long)
-    valid = torch.zeros(6, WIDTH, dtype=torch.bool)
-    start = max(PROMPTS)
-    for group, (prompt, completions) in enumerate(zip(PROMPTS, COMPLETIONS, strict=True)):
-        prompt_ids = torch.randint(1, VOCAB, (prompt,), generator=g)
-        for member, length in enumerate(completions):
-            row = 3 * group + member
-            ids[row, start - prompt : start] = prompt_ids
-            ids[row, start : start + length] = torch.randint(1, VOCAB, (length,), generator=g)
-            valid[row, start - prompt : start + length] = True
+    from model_matrix.checks import shared_prefix_batch
+
+    ids, valid = shared_prefix_batch(VOCAB, PROMPTS, COMPLETIONS, WIDTH, seed)
     return ids.to(device), valid.to(device)
 
 
