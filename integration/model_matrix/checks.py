@@ -177,8 +177,11 @@ SHARED_PROMPTS, SHARED_COMPLETIONS = (5, 7), ((2, 6, 4), (3, 1, 5))
 def shared_prefix_difference(checkpoint: Path, tp: int, ep: int, vocab: int) -> dict[str, Any]:
     """Shared-prefix rows against whole rows on two groups of three (prompts and completions
     of unequal lengths) through the worker's logprob entry: the largest logprob difference and
-    the worst relative gradient difference over parameters of one weighted sum of them. Where
-    the worker would not share (`shared_prefix.unsupported_reason`), the reason instead."""
+    the worst relative gradient difference over parameters of one weighted sum of them. For MoE
+    families the forwards are training ones, so the routers' auxiliary and z losses add their
+    gradients, and 'router' is the worst relative difference of the step's router metrics
+    (`RouterStats`: the losses and the tokens per expert). Where the worker would not share
+    (`shared_prefix.unsupported_reason`), the reason instead."""
     from mcore_grpo.worker.logprobs import policy_token_logprobs
     from mcore_grpo.worker.shared_prefix import enable, unsupported_reason
 
@@ -187,29 +190,68 @@ def shared_prefix_difference(checkpoint: Path, tp: int, ep: int, vocab: int) -> 
         if reason is not None:
             return {"off": reason}
         enable(gpt)  # as the worker's `resolve` does: rope by the given positions, both layouts
+        stats = _router_stats(gpt)
         ids, valid = shared_prefix_batch(vocab)
         scored = valid[:, :-1] & valid[:, 1:]
         weights = torch.randn(scored.shape, generator=torch.Generator().manual_seed(3)) * scored
-        logprobs, grads, tokens_forwarded = {}, {}, {}
-        for shared in (True, False):
-            logprobs[shared], logits = policy_token_logprobs(gpt, ids, valid, config, shared)
-            tokens_forwarded[shared] = logits.shape[0] * logits.shape[1]
-            (logprobs[shared] * weights).sum().backward()
-            grads[shared] = {
-                n: p.grad.detach().clone() for n, p in gpt.named_parameters() if p.grad is not None
-            }
-            gpt.zero_grad(set_to_none=True)
+        logprobs, grads, tokens_forwarded, router = {}, {}, {}, {}
+        try:
+            for shared in (True, False):
+                logprobs[shared], logits = policy_token_logprobs(gpt, ids, valid, config, shared)
+                tokens_forwarded[shared] = logits.shape[0] * logits.shape[1]
+                (logprobs[shared] * weights).sum().backward()
+                grads[shared] = {
+                    n: p.grad.detach().clone()
+                    for n, p in gpt.named_parameters()
+                    if p.grad is not None
+                }
+                gpt.zero_grad(set_to_none=True)
+                if stats is not None:
+                    router[shared] = stats.collect(None, ids.device)
+        finally:
+            if stats is not None:
+                stats.close()
     if grads[True].keys() != grads[False].keys():
         raise AssertionError("shared and whole rows reached different parameters")
     if tokens_forwarded[True] >= tokens_forwarded[False]:
         raise AssertionError(f"nothing was shared: {tokens_forwarded} columns forwarded")
-    return {
+    figures = {
         "logprobs": float((logprobs[True] - logprobs[False])[scored].abs().max()),
         "gradients": max(
             float((g - grads[False][n]).norm() / grads[False][n].norm().clamp(min=1e-12))
             for n, g in grads[True].items()
         ),
     }
+    if router:
+        figures["router"] = router_difference(router[True], router[False])
+    return figures
+
+
+ROUTER_METRICS = ("moe/load_balancing_loss", "moe/z_loss", "moe/tokens_per_expert")
+
+
+def _router_stats(gpt: Any) -> Any:
+    """For an MoE model: training mode (the routers' losses exist in training forwards only)
+    and `RouterStats` counting its routers; None for a dense model (left in eval mode)."""
+    from mcore_grpo.worker.moe_metrics import RouterStats
+
+    moe = gpt.config.num_moe_experts
+    if not moe:
+        return None
+    gpt.train()
+    stats = RouterStats(gpt, moe, gpt.config.moe_router_topk)
+    stats.reset()
+    return stats
+
+
+def router_difference(got: dict[str, Any], expected: dict[str, Any]) -> float:
+    """Worst relative difference over the router metrics (each tokens-per-expert count apart)."""
+    worst = 0.0
+    for name in ROUTER_METRICS:
+        a = torch.tensor(got[name], dtype=torch.float64).flatten()
+        b = torch.tensor(expected[name], dtype=torch.float64).flatten()
+        worst = max(worst, float(((a - b).abs() / b.abs().clamp(min=1e-12)).max()))
+    return worst
 
 
 def shared_prefix_batch(

@@ -30,7 +30,8 @@ def _cell(result: dict[str, Any] | None, reasons: list[str], tolerance: float) -
         return f"off [{reasons.index(value['off']) + 1}]"
     if isinstance(value, dict) and "logprobs" in value:  # shared prefix against whole rows
         mark = "✓" if shared_prefix_passes(result) else "✗"
-        return f"{mark} {value['logprobs']:.0e} / {value['gradients']:.0e}"
+        router = f" / {value['router']:.0e}" if "router" in value else ""
+        return f"{mark} {value['logprobs']:.0e} / {value['gradients']:.0e}{router}"
     if isinstance(value, dict):  # the GRPO step
         return f"{'✓' if step_passes(value) else '✗'} loss {value['loss']:.3f}"
     return f"{'✓' if value <= tolerance else '✗'} {value:.1e}"
@@ -90,8 +91,9 @@ def _header(
         "- Shared prefix: two groups of three rows (prompts and completions of unequal lengths) "
         "through the worker's logprob entry, shared-prefix rows against whole rows, at TP=1 "
         "(EP=2 for MoE): max |logprob difference| / worst relative gradient difference over "
-        "parameters; pass at <= 1e-05 both. 'off': the worker uses whole rows for this model, "
-        "for the numbered reason.",
+        "parameters / (MoE, training forwards) worst relative difference of the router's "
+        "auxiliary and z losses and tokens per expert; pass at <= 1e-05 each. 'off': the worker "
+        "uses whole rows for this model, for the numbered reason.",
         "- `tests/integration/model_matrix/test_matrix.py` re-measures a fixed sample covering every "
         "feature on each CI run.",
         "",

@@ -23,8 +23,8 @@ def step_passes(step: dict[str, float] | None) -> bool:
 
 def shared_prefix_passes(result: dict[str, Any] | None) -> bool:
     """The shared-prefix check: off with a named reason (the worker uses whole rows), or
-    logprobs and every parameter's gradient within the bar of whole rows'. A row measured
-    before the column existed has no result and is not held to it."""
+    logprobs, every parameter's gradient and (MoE) the router metrics within the bar of whole
+    rows'. A row measured before the column existed has no result and is not held to it."""
     if result is None:
         return True
     value = result.get("value")
@@ -32,7 +32,8 @@ def shared_prefix_passes(result: dict[str, Any] | None) -> bool:
         return False
     if "off" in value:
         return True
-    return max(value["logprobs"], value["gradients"]) <= SHARED_PREFIX_TOLERANCE
+    figures = (value["logprobs"], value["gradients"], value.get("router", 0.0))
+    return max(figures) <= SHARED_PREFIX_TOLERANCE
 
 
 def passes(row: dict[str, Any]) -> bool:

@@ -153,13 +153,12 @@ class WorkerConfig:
                 "(use a small value for near-greedy sampling)"
             )
         if self.shared_prefix and self.model.moe is not None:
-            moe = self.model.moe
-            if moe.aux_loss_coeff or moe.z_loss_coeff or moe.capacity_factor is not None:
+            if self.model.moe.capacity_factor is not None:
                 raise ValueError(
-                    "WorkerConfig.shared_prefix=True with model.moe's auxiliary loss or capacity: "
-                    "those see the whole batch, where shared rows route each prompt once instead "
-                    "of once per sample. Set aux_loss_coeff=0, z_loss_coeff=None and "
-                    "capacity_factor=None, or shared_prefix=None."
+                    "WorkerConfig.shared_prefix=True with model.moe.capacity_factor: a capacity "
+                    "drops tokens by the load of the packed batch, where shared rows route each "
+                    "prompt once instead of once per sample. Set capacity_factor=None, or "
+                    "shared_prefix=None."
                 )
         if self.micro_batch_size < 1:
             raise ValueError(

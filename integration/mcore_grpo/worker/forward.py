@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import weakref
 from typing import Any
 
@@ -67,6 +69,7 @@ def model_logits(
     mask: torch.Tensor | None,
     inference_context: Any = None,
     packed_seq_params: Any = None,
+    padding_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """[B, S', V] fp32 logits for explicit positions and mask, gathered across TP ranks.
 
@@ -74,11 +77,11 @@ def model_logits(
     1 (only the last position's logits are materialised) and the output layer gathers the TP
     shards itself (megatron-core's inference mode requires `runtime_gather_output`).
     `packed_seq_params`: how the rows are packed (megatron-core's `SharedPrefixParams` for
-    shared-prefix rows, whose segments then are the whole mask)."""
+    shared-prefix rows, whose segments then are the whole mask). `padding_mask` ([B, S'],
+    True = padding): the columns an MoE router leaves out of its losses (`moe_padding_mask`)."""
     from megatron.core import parallel_state, tensor_parallel
 
-    # Only given when set: some models' forward takes no packed_seq_params (Falcon-H1's).
-    packing = {} if packed_seq_params is None else {"packed_seq_params": packed_seq_params}
+    packing = forward_packing(packed_seq_params, padding_mask)
     if inference_context is not None:
         logits = model(
             input_ids,
@@ -93,6 +96,30 @@ def model_logits(
     if parallel_state.get_tensor_model_parallel_world_size() > 1:
         logits = tensor_parallel.gather_from_tensor_model_parallel_region(logits)
     return logits.float()
+
+
+def forward_packing(packed_seq_params: Any, padding_mask: torch.Tensor | None) -> dict[str, Any]:
+    """The model forward's packing arguments, only those given: some models' forward takes no
+    packed_seq_params (Falcon-H1's) or no padding_mask (megatron-core's MambaModel)."""
+    packing: dict[str, Any] = {}
+    if packed_seq_params is not None:
+        packing["packed_seq_params"] = packed_seq_params
+    if padding_mask is not None:
+        packing["padding_mask"] = padding_mask
+    return packing
+
+
+def moe_padding_mask(model: torch.nn.Module, padding: torch.Tensor) -> torch.Tensor | None:
+    """`padding` ([B, S], True where no real token) for the forward of a model with MoE
+    routers, which then leave those columns out of their auxiliary and z losses and expert
+    bias counts (megatron-core's `padding_mask`), so whole rows count what shared-prefix rows
+    count; None for dense models and for forwards that take no padding mask (MambaModel's)."""
+    gpt = gpt_module(model)
+    if not getattr(gpt.config, "num_moe_experts", None):
+        return None
+    if "padding_mask" not in inspect.signature(gpt.forward).parameters:
+        return None
+    return padding
 
 
 def real_vocab_logits(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:

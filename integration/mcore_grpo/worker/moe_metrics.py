@@ -8,7 +8,8 @@ NeMo-RL's names where it has the metric (its Megatron worker's `get_moe_metrics`
   `MoEMetricsTracker` during training forwards; mean over layers and microbatches, then over
   data-parallel ranks (as NeMo-RL's `get_moe_metrics` reduces them).
 - ``moe/tokens_per_expert``: routing assignments each expert received over the step, summed
-  over layers and data-parallel ranks (top-k counts every assignment); ``moe/load_imbalance``:
+  over layers and data-parallel ranks (top-k counts every assignment; padding counts none, a
+  shared-prefix token once per sample it stands for, `token_weights`); ``moe/load_imbalance``:
   the busiest expert's share over the even share (1.0 = balanced).
 - ``moe/dropped_tokens``: assignments dropped for capacity (0 when dropless).
 
@@ -24,6 +25,21 @@ import torch
 import torch.distributed as dist
 
 TRACKED = {"load_balancing_loss": "moe/load_balancing_loss", "z_loss": "moe/z_loss"}
+
+
+def token_weights(inputs: tuple[Any, ...], tokens: int, device: torch.device) -> torch.Tensor:
+    """[tokens] float64: what each routed token counts for, from the router's inputs
+    (hidden_states, padding_mask, token_counts): the samples a shared-prefix token stands for
+    (megatron-core's token counts, patches/Megatron-LM/shared-prefix-moe-token-counts.patch),
+    else 0 for padding and 1 for the rest, as the router's own losses count them."""
+    padding = inputs[1] if len(inputs) > 1 else None
+    counts = inputs[2] if len(inputs) > 2 else None
+    if counts is not None:
+        weights = counts.detach().reshape(-1).to(torch.float64)
+        return weights if padding is None else weights * ~padding.reshape(-1)
+    if padding is not None:
+        return (~padding.detach().reshape(-1)).to(torch.float64)
+    return torch.ones(tokens, dtype=torch.float64, device=device)
 
 
 class RouterStats:
@@ -42,13 +58,14 @@ class RouterStats:
         self._assignments = 0.0
         self._forwards = 0
 
-    def _count(self, module: torch.nn.Module, _inputs: Any, output: Any) -> None:
+    def _count(self, module: torch.nn.Module, inputs: Any, output: Any) -> None:
         if not (module.training and torch.is_grad_enabled()):
             return
         _, routing_map = output
-        routing_map = routing_map.detach()
-        self._tokens += routing_map.sum(dim=0).to("cpu", torch.float64)
-        self._assignments += float(routing_map.shape[0] * self.topk)
+        weights = token_weights(inputs, routing_map.shape[0], routing_map.device)
+        counted = routing_map.detach().to(torch.float64) * weights[:, None]
+        self._tokens += counted.sum(dim=0).cpu()
+        self._assignments += float(weights.sum()) * self.topk
         self._forwards += 1
 
     def reset(self) -> None:

@@ -30,6 +30,7 @@ from mcore_grpo.worker.forward import (
     check_targets,
     gpt_module,
     model_logits,
+    moe_padding_mask,
     token_positions,
 )
 
@@ -93,7 +94,8 @@ class PackedRows:
     row b and column t < S-1 (the prediction of input_ids[b, t+1]): row[b] is its packed row,
     source[b, t] the packed column whose logits predict it, scored[b, t] whether both that
     target and the token predicting it are real (else source is 0 and the logprob is reported
-    as 0: a prediction from a padding position attends nothing and means nothing).
+    as 0: a prediction from a padding position attends nothing and means nothing). padding:
+    [R, T], True at the columns that hold no real token.
     """
 
     input_ids: torch.Tensor
@@ -102,6 +104,7 @@ class PackedRows:
     row: torch.Tensor
     source: torch.Tensor
     scored: torch.Tensor
+    padding: torch.Tensor
 
     @classmethod
     def build(
@@ -130,7 +133,8 @@ class PackedRows:
         real_index = valid.long().cumsum(dim=1) - 1
         shift = torch.zeros(batch, seq, dtype=torch.long, device=device)
         column = torch.arange(seq, device=device)
-        segments: list[tuple[int, int, int, int]] = []  # (packed row, start, length, parent)
+        segments: list[tuple[int, int, int, int, int]] = []  # (row, start, length, parent, count)
+        real_columns = torch.zeros(rows, dtype=torch.long)
         for index, group in enumerate(groups):
             p = group.prefix
             keep = valid[group.first, :p]
@@ -139,7 +143,8 @@ class PackedRows:
             packed_pos[index, :prefix_len] = positions[group.first, :p][keep]
             root = -1
             if prefix_len:
-                segments.append((index, 0, prefix_len, -1))
+                # The prefix stands for every member, those with nothing after it included.
+                segments.append((index, 0, prefix_len, -1, group.size))
                 root = len(segments) - 1
             offset = prefix_len
             for b in group.rows:
@@ -149,16 +154,18 @@ class PackedRows:
                 packed_ids[index, span] = input_ids[b, p : ends[b]][keep]
                 packed_pos[index, span] = positions[b, p : ends[b]][keep]
                 if length:
-                    segments.append((index, offset, length, root))
+                    segments.append((index, offset, length, root, 1))
                 row_of[b] = index
                 shift[b] = torch.where(column < p, 0, offset - prefix_len)
                 offset += length
+            real_columns[index] = offset
         source = (real_index + shift)[:, :-1]
         scored = valid[:, :-1] & valid[:, 1:]
         source = torch.where(scored, source, torch.zeros_like(source))
         shares = any(group.size > 1 for group in groups)
         params = _segment_params(segments, width) if shares else None
-        return cls(packed_ids, packed_pos, params, row_of, source, scored)
+        padding = torch.arange(width)[None, :] >= real_columns[:, None]
+        return cls(packed_ids, packed_pos, params, row_of, source, scored, padding.to(device))
 
     def token_logprobs(
         self, logits: torch.Tensor, targets: torch.Tensor, vocab_size: int, temperature: float
@@ -192,17 +199,19 @@ def expert_parallel_shape(rows: int, width: int, device: torch.device) -> tuple[
     return int(shape[0]), int(shape[1])
 
 
-def _segment_params(segments: list[tuple[int, int, int, int]], width: int) -> Any:
+def _segment_params(segments: list[tuple[int, int, int, int, int]], width: int) -> Any:
     """megatron-core's `SharedPrefixParams` for the segments (patches/Megatron-LM/
     shared-prefix-attention.patch); one segment over the first row when there is no real
-    token at all (nothing is scored, the params stay valid)."""
+    token at all (nothing is scored, the params stay valid). Each segment's sample count goes
+    to megatron-core only where its routers take it (shared-prefix-moe-token-counts.patch)."""
     from megatron.core.transformer.shared_prefix_attention import (
         PrefixSegment,
         SharedPrefixParams,
     )
 
-    found = [PrefixSegment(*segment) for segment in segments] or [PrefixSegment(0, 0, width)]
-    return SharedPrefixParams(segments=tuple(found))
+    counted = "count" in PrefixSegment.__dataclass_fields__
+    found = [PrefixSegment(*(s if counted else s[:4])) for s in segments]
+    return SharedPrefixParams(segments=tuple(found or [PrefixSegment(0, 0, width)]))
 
 
 def packed_logprobs(
@@ -218,9 +227,15 @@ def packed_logprobs(
     these predictions are wanted, the LM head projects only the packed columns they come from
     (`scored_logits`), the rest read 0."""
     check_targets(input_ids[:, 1:], vocab_size, "packed_logprobs")
+    padding = moe_padding_mask(model, packed.padding)
     if scored is None:
         logits = model_logits(
-            model, packed.input_ids, packed.positions, None, packed_seq_params=packed.params
+            model,
+            packed.input_ids,
+            packed.positions,
+            None,
+            packed_seq_params=packed.params,
+            padding_mask=padding,
         )
         return packed.token_logprobs(logits, input_ids[:, 1:], vocab_size, temperature), logits
     from mcore_grpo.worker.scored_logits import picked_logits
@@ -229,7 +244,9 @@ def packed_logprobs(
     flat = packed.source[rows, columns] * packed.input_ids.shape[0] + packed.row[rows]
     # A packed column can predict for several rows (the prompt's last token, for each sample).
     picked, which = torch.unique(flat, return_inverse=True)
-    logits = picked_logits(model, packed.input_ids, packed.positions, None, picked, packed.params)
+    logits = picked_logits(
+        model, packed.input_ids, packed.positions, None, picked, packed.params, padding
+    )
     targets = input_ids[rows, columns + 1]
     logprobs = TargetLogprob.apply(logits, targets, vocab_size, temperature, which)
     out = torch.zeros(scored.shape, dtype=logprobs.dtype, device=logprobs.device)
@@ -248,9 +265,9 @@ def sequence_multiple(model: torch.nn.Module) -> int:
 
 def whole_rows(input_ids: torch.Tensor, valid: torch.Tensor, multiple: int = 1) -> PackedRows:
     """The [B, S] rows packed one per row (real tokens left-aligned, no segments), S columns
-    wide as they came: every column still goes through each layer, so what counts tokens over
-    the batch (an MoE router's statistics, auxiliary losses and capacity) counts what it did
-    over the padded rows."""
+    wide as they came: every column still goes through each layer, so an MoE capacity drops
+    what it did over the padded rows; the routers' losses and statistics leave the padding
+    out (`moe_padding_mask`), as over shared-prefix rows."""
     ends = row_ends(valid)
     groups = whole_row_groups(ends)
     return PackedRows.build(input_ids, valid, groups, ends, multiple, min_width=input_ids.shape[1])
@@ -264,7 +281,8 @@ def policy_logits(
     column reads the real column before it (the first for leading pads), which nothing
     scores. Forwarded as whole packed rows (a real token's packed column is its position)."""
     packed = whole_rows(input_ids, valid, sequence_multiple(model))
-    logits = model_logits(model, packed.input_ids, packed.positions, None)
+    padding = moe_padding_mask(model, packed.padding)
+    logits = model_logits(model, packed.input_ids, packed.positions, None, padding_mask=padding)
     width = logits.shape[1]
     index = torch.arange(input_ids.shape[0], device=logits.device)[:, None] * width
     index = (index + token_positions(valid.bool())).flatten()

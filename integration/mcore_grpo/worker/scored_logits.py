@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from mcore_grpo.worker.forward import gpt_module, model_logits
+from mcore_grpo.worker.forward import forward_packing, gpt_module, model_logits
 
 
 def can_pick(model: torch.nn.Module) -> bool:
@@ -61,23 +61,28 @@ def picked_logits(
     mask: torch.Tensor | None,
     picked: torch.Tensor,
     packed_seq_params: Any = None,
+    padding_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """[n, V] fp32 logits over the full (padded) vocab, gathered across TP ranks, at `picked`:
-    flat indices t * B + b into the [B, S] rows."""
+    flat indices t * B + b into the [B, S] rows (`model_logits`: `padding_mask`)."""
     from megatron.core import parallel_state, tensor_parallel
 
     if not can_pick(model):
         logits = model_logits(
-            model, input_ids, positions, mask, packed_seq_params=packed_seq_params
+            model,
+            input_ids,
+            positions,
+            mask,
+            packed_seq_params=packed_seq_params,
+            padding_mask=padding_mask,
         )
         rows = input_ids.shape[0]
         return logits[picked % rows, picked // rows]
     kwargs: dict[str, Any] = {
         "output_processor": _project_picked,
         "output_processor_context": picked,
+        **forward_packing(packed_seq_params, padding_mask),
     }
-    if packed_seq_params is not None:
-        kwargs["packed_seq_params"] = packed_seq_params
     logits = model(input_ids, positions, mask, **kwargs)[0]
     if parallel_state.get_tensor_model_parallel_world_size() > 1:
         logits = tensor_parallel.gather_from_tensor_model_parallel_region(logits)

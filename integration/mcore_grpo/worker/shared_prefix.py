@@ -164,10 +164,22 @@ def config_reason(config: Any, position_embedding_type: str) -> str | None:
 
 def _moe_reason(config: Any) -> str | None:
     """Routing is per token, so an MoE layer's outputs are exact over shared rows; what sees the
-    whole batch is not: the auxiliary losses average over the routed tokens (a shared prompt
-    counts once instead of once per sample) and a capacity drops tokens by the batch's load."""
+    whole batch is exact only with token counts (patches/Megatron-LM/
+    shared-prefix-moe-token-counts.patch): the auxiliary and z losses and the expert bias's
+    counts weight a shared prompt token by the samples it stands for. Never exact: a
+    sequence-level auxiliary loss (a packed row holds several samples) and a capacity, which
+    drops tokens by the packed batch's load."""
     if getattr(config, "moe_expert_capacity_factor", None) is not None:
         return "its experts' capacity drops tokens by the load of the whole batch"
+    balancing = getattr(config, "moe_router_load_balancing_type", "none")
+    balancing = balancing if isinstance(balancing, (list, tuple)) else [balancing]
+    if "seq_aux_loss" in balancing:
+        return (
+            "its sequence-level auxiliary loss balances each sample's row, and a shared-prefix "
+            "row holds several samples"
+        )
+    if token_counts_available():
+        return None
     coefficients = {
         "moe_aux_loss_coeff": getattr(config, "moe_aux_loss_coeff", 0.0),
         "moe_z_loss_coeff": getattr(config, "moe_z_loss_coeff", None),
@@ -176,10 +188,19 @@ def _moe_reason(config: Any) -> str | None:
         values = value if isinstance(value, (list, tuple)) else [value]
         if any(v for v in values):
             return (
-                f"its router's auxiliary loss ({name}={value}) averages over the routed tokens, "
-                "and shared rows route each prompt once instead of once per sample"
+                f"its router's auxiliary loss ({name}={value}) counts a shared prompt token once "
+                "instead of once per sample: apply patches/Megatron-LM/"
+                "shared-prefix-moe-token-counts.patch (tools/apply_patches.sh)"
             )
     return None
+
+
+def token_counts_available() -> bool:
+    """Whether megatron-core's MoE routers weight tokens by the samples a shared-prefix token
+    stands for (patches/Megatron-LM/shared-prefix-moe-token-counts.patch applied)."""
+    from megatron.core.transformer.shared_prefix_attention import SharedPrefixParams
+
+    return hasattr(SharedPrefixParams, "token_counts")
 
 
 def enable(model: torch.nn.Module) -> None:

@@ -229,22 +229,74 @@ def test_no_dense_mask_reaches_the_model(model: torch.nn.Module, device: str) ->
     assert all(type(k["packed_seq_params"]).__name__ == "SharedPrefixParams" for _, k in seen)
 
 
-def test_moe_with_an_auxiliary_loss_falls_back_and_says_why(
+def _router_figures(
+    gpt: torch.nn.Module, ids: torch.Tensor, valid: torch.Tensor, config: WorkerConfig, shared: bool
+) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """One training forward and backward through the worker's logprob entry: the router
+    metrics the step would report (`RouterStats`) and every parameter's gradient."""
+    from mcore_grpo.worker.logprobs import policy_token_logprobs
+    from mcore_grpo.worker.moe_metrics import RouterStats
+
+    stats = RouterStats(gpt, num_experts=4, topk=2)
+    try:
+        stats.reset()
+        weights = torch.randn(ids.shape[0], ids.shape[1] - 1, generator=torch.Generator().manual_seed(1))
+        weights = weights.to(ids.device) * (valid[:, :-1] & valid[:, 1:])
+        logprobs, _ = policy_token_logprobs(gpt, ids, valid, config, shared)
+        (logprobs * weights).sum().backward()
+        metrics = stats.collect(None, ids.device)
+    finally:
+        stats.close()
+    return metrics, _grads(gpt)
+
+
+def test_moe_auxiliary_losses_count_a_shared_prompt_once_per_sample(
+    tp1: None, device: str
+) -> None:
+    """Shared rows route each prompt token once; with megatron-core's token counts
+    (shared-prefix-moe-token-counts.patch) the load-balancing loss, the z-loss, the tokens per
+    expert and every gradient (the losses' included) are those of the whole rows, whose padding
+    counts for nothing: the assignments are top-k per real token of the unpacked rows."""
+    torch.manual_seed(0)
+    config = _config(device, moe=MoEConfig(num_experts=4, aux_loss_coeff=1e-2, z_loss_coeff=1e-3))
+    _, gpt = build_gpt(config)
+    assert resolve(None, gpt)
+    gpt.train()  # the router's losses exist in training forwards only (no dropout configured)
+    ids, valid = _batch(device)
+    shared, shared_grads = _router_figures(gpt, ids, valid, config, True)
+    whole, whole_grads = _router_figures(gpt, ids, valid, config, False)
+
+    real_assignments = int(valid.sum()) * 2 * config.model.num_layers  # top-2, every layer
+    assert sum(whole["moe/tokens_per_expert"]) == real_assignments
+    assert shared["moe/tokens_per_expert"] == pytest.approx(whole["moe/tokens_per_expert"], abs=1e-9)
+    for name in ("moe/load_balancing_loss", "moe/z_loss"):
+        assert whole[name] > 0, name
+        assert shared[name] == pytest.approx(whole[name], rel=1e-5), name
+    assert shared_grads.keys() == whole_grads.keys()
+    worst = max(
+        float((g - whole_grads[n]).norm() / whole_grads[n].norm().clamp(min=1e-12))
+        for n, g in shared_grads.items()
+    )
+    assert worst <= 1e-5, f"worst relative gradient difference over parameters = {worst}"
+
+
+def test_moe_with_a_capacity_falls_back_and_says_why(
     tp1: None, device: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    _, gpt = build_gpt(_config(device, moe=MoEConfig(num_experts=4, aux_loss_coeff=1e-2)))
+    moe = MoEConfig(num_experts=4, aux_loss_coeff=0.0, capacity_factor=1.0)
+    _, gpt = build_gpt(_config(device, moe=moe))
     with caplog.at_level("WARNING"):
         assert resolve(None, gpt) is False
-    assert "moe_aux_loss_coeff=0.01" in caplog.text and "once per sample" in caplog.text
-    with pytest.raises(ValueError, match=r"shared_prefix=True, but .*moe_aux_loss_coeff"):
+    assert "capacity drops tokens" in caplog.text
+    with pytest.raises(ValueError, match=r"shared_prefix=True, but .*capacity"):
         resolve(True, gpt)
     assert resolve(False, gpt) is False
 
 
 def test_an_explicit_request_the_config_rules_out_is_refused_before_any_build() -> None:
-    config = _config("cpu", moe=MoEConfig(num_experts=4, aux_loss_coeff=1e-2))
+    config = _config("cpu", moe=MoEConfig(num_experts=4, capacity_factor=1.0))
     explicit = dataclasses.replace(config, shared_prefix=True)
-    with pytest.raises(ValueError, match=r"shared_prefix=True with model.moe's auxiliary loss"):
+    with pytest.raises(ValueError, match=r"shared_prefix=True with model.moe.capacity_factor"):
         explicit.validate()
     config.validate()  # unset: the build decides, and falls back
 
@@ -267,8 +319,11 @@ def test_the_config_alone_names_what_rules_it_out() -> None:
     assert config_reason(SimpleNamespace(window_size=(4, 0)), "rope") is None
     assert "context parallelism" in reason(context_parallel_size=2)
     assert "'yarn' is not taken" in reason("yarn")
-    assert "moe_aux_loss_coeff=0.01" in reason(num_moe_experts=4, moe_aux_loss_coeff=0.01)
-    assert config_reason(SimpleNamespace(num_moe_experts=4, moe_aux_loss_coeff=0.0), "rope") is None
+    assert config_reason(SimpleNamespace(num_moe_experts=4, moe_aux_loss_coeff=0.01), "rope") is None
+    assert "capacity" in reason(num_moe_experts=4, moe_expert_capacity_factor=1.0)
+    assert "sequence-level auxiliary loss" in reason(
+        num_moe_experts=4, moe_router_load_balancing_type="seq_aux_loss"
+    )
 
 
 def test_an_hf_checkpoint_the_config_rules_out_is_refused_before_the_model_is_built(
