@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 from mcore_grpo.worker.config import ModelConfig, ParallelConfig, WorkerConfig
+from mcore_grpo.worker.moe_metrics import TRACKED
 
 TOKENS_SHAPE = (2, 12)
 
@@ -185,7 +186,11 @@ def shared_prefix_difference(checkpoint: Path, tp: int, ep: int, vocab: int) -> 
     from mcore_grpo.worker.logprobs import policy_token_logprobs
     from mcore_grpo.worker.shared_prefix import enable, unsupported_reason
 
-    with imported_model(checkpoint, tp, ep, vocab) as (config, gpt), torch.enable_grad():
+    with (
+        imported_model(checkpoint, tp, ep, vocab) as (config, gpt),
+        torch.enable_grad(),
+        aux_loss_scale_kept(),
+    ):
         reason = unsupported_reason(gpt)
         if reason is not None:
             return {"off": reason}
@@ -227,7 +232,22 @@ def shared_prefix_difference(checkpoint: Path, tp: int, ep: int, vocab: int) -> 
     return figures
 
 
-ROUTER_METRICS = ("moe/load_balancing_loss", "moe/z_loss", "moe/tokens_per_expert")
+@contextlib.contextmanager
+def aux_loss_scale_kept() -> Iterator[None]:
+    """megatron-core's `MoEAuxLossAutoScaler` keeps one class-wide loss scale, created by the
+    first backward through a router's losses (a 0-d 1.0) when no schedule set it; the schedule
+    later copies its own [1] scale into it, which a 0-d tensor refuses. A backward outside the
+    schedule (this module's checks, tests) puts the scale back as it found it."""
+    from megatron.core.transformer.moe.moe_utils import MoEAuxLossAutoScaler
+
+    saved = MoEAuxLossAutoScaler.main_loss_backward_scale
+    try:
+        yield
+    finally:
+        MoEAuxLossAutoScaler.main_loss_backward_scale = saved
+
+
+ROUTER_METRICS = (*TRACKED.values(), "moe/tokens_per_expert")
 
 
 def _router_stats(gpt: Any) -> Any:

@@ -152,14 +152,14 @@ class WorkerConfig:
                 f"WorkerConfig.temperature must be > 0, got {self.temperature} "
                 "(use a small value for near-greedy sampling)"
             )
-        if self.shared_prefix and self.model.moe is not None:
-            if self.model.moe.capacity_factor is not None:
-                raise ValueError(
-                    "WorkerConfig.shared_prefix=True with model.moe.capacity_factor: a capacity "
-                    "drops tokens by the load of the packed batch, where shared rows route each "
-                    "prompt once instead of once per sample. Set capacity_factor=None, or "
-                    "shared_prefix=None."
-                )
+        moe = self.model.moe
+        if self.shared_prefix and moe is not None and moe.capacity_factor is not None:
+            raise ValueError(
+                "WorkerConfig.shared_prefix=True with model.moe.capacity_factor: a capacity "
+                "drops tokens by the load of the packed batch, where shared rows route each "
+                "prompt once instead of once per sample. Set capacity_factor=None, or "
+                "shared_prefix=None."
+            )
         if self.micro_batch_size < 1:
             raise ValueError(
                 f"WorkerConfig.micro_batch_size must be >= 1, got {self.micro_batch_size}"

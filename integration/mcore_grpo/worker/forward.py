@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-
 import weakref
 from typing import Any
 

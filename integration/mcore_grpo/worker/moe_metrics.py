@@ -3,8 +3,10 @@
 NeMo-RL's names where it has the metric (its Megatron worker's `get_moe_metrics`, logged by
 `grpo_train` as ``moe/<name>``), ours beside them:
 
-- ``moe/load_balancing_loss`` / ``moe/z_loss``: the load-balancing (switch) loss and the router
-  z-loss, unscaled by their coefficients, as megatron-core's routers record them into its
+- ``moe/load_balancing_loss`` / ``moe/seq_load_balancing_loss`` /
+  ``moe/global_load_balancing_loss`` / ``moe/z_loss``: the load-balancing (switch) loss of each
+  balancing type (0 for the types the router does not use) and the router z-loss, unscaled by
+  their coefficients, as megatron-core's routers record them into its
   `MoEMetricsTracker` during training forwards; mean over layers and microbatches, then over
   data-parallel ranks (as NeMo-RL's `get_moe_metrics` reduces them).
 - ``moe/tokens_per_expert``: routing assignments each expert received over the step, summed
@@ -24,18 +26,30 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-TRACKED = {"load_balancing_loss": "moe/load_balancing_loss", "z_loss": "moe/z_loss"}
+# megatron-core's tracker name -> ours (NeMo-RL's `moe/<name>`): the load-balancing loss of
+# each type a router may use (aux_loss, seq_aux_loss, global_aux_loss; 0 when not used), and the
+# z-loss.
+TRACKED = {
+    name: f"moe/{name}"
+    for name in (
+        "load_balancing_loss",
+        "seq_load_balancing_loss",
+        "global_load_balancing_loss",
+        "z_loss",
+    )
+}
 
 
 def token_weights(inputs: tuple[Any, ...], tokens: int, device: torch.device) -> torch.Tensor:
     """[tokens] float64: what each routed token counts for, from the router's inputs
-    (hidden_states, padding_mask, token_counts): the samples a shared-prefix token stands for
-    (megatron-core's token counts, patches/Megatron-LM/shared-prefix-moe-token-counts.patch),
-    else 0 for padding and 1 for the rest, as the router's own losses count them."""
+    (hidden_states, padding_mask, token_sequences): the samples a shared-prefix token stands
+    for (megatron-core's `TokenSequences.counts`, patches/Megatron-LM/
+    shared-prefix-moe-token-counts.patch), else 0 for padding and 1 for the rest, as the
+    router's own losses count them."""
     padding = inputs[1] if len(inputs) > 1 else None
-    counts = inputs[2] if len(inputs) > 2 else None
-    if counts is not None:
-        weights = counts.detach().reshape(-1).to(torch.float64)
+    sequences = inputs[2] if len(inputs) > 2 else None
+    if sequences is not None:
+        weights = sequences.counts.detach().reshape(-1).to(torch.float64)
         return weights if padding is None else weights * ~padding.reshape(-1)
     if padding is not None:
         return (~padding.detach().reshape(-1)).to(torch.float64)

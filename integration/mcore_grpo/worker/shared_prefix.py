@@ -164,21 +164,14 @@ def config_reason(config: Any, position_embedding_type: str) -> str | None:
 
 def _moe_reason(config: Any) -> str | None:
     """Routing is per token, so an MoE layer's outputs are exact over shared rows; what sees the
-    whole batch is exact only with token counts (patches/Megatron-LM/
+    whole batch is exact only with megatron-core's token sequences (patches/Megatron-LM/
     shared-prefix-moe-token-counts.patch): the auxiliary and z losses and the expert bias's
-    counts weight a shared prompt token by the samples it stands for. Never exact: a
-    sequence-level auxiliary loss (a packed row holds several samples) and a capacity, which
-    drops tokens by the packed batch's load."""
+    counts count a shared prompt token once per sample, and the sequence-level loss sums each
+    sample's segments. Never exact: a capacity, which drops tokens by the packed batch's
+    load."""
     if getattr(config, "moe_expert_capacity_factor", None) is not None:
         return "its experts' capacity drops tokens by the load of the whole batch"
-    balancing = getattr(config, "moe_router_load_balancing_type", "none")
-    balancing = balancing if isinstance(balancing, (list, tuple)) else [balancing]
-    if "seq_aux_loss" in balancing:
-        return (
-            "its sequence-level auxiliary loss balances each sample's row, and a shared-prefix "
-            "row holds several samples"
-        )
-    if token_counts_available():
+    if token_sequences_available():
         return None
     coefficients = {
         "moe_aux_loss_coeff": getattr(config, "moe_aux_loss_coeff", 0.0),
@@ -195,12 +188,12 @@ def _moe_reason(config: Any) -> str | None:
     return None
 
 
-def token_counts_available() -> bool:
-    """Whether megatron-core's MoE routers weight tokens by the samples a shared-prefix token
-    stands for (patches/Megatron-LM/shared-prefix-moe-token-counts.patch applied)."""
+def token_sequences_available() -> bool:
+    """Whether megatron-core's MoE routers count a shared-prefix token once per sample holding
+    it (patches/Megatron-LM/shared-prefix-moe-token-counts.patch applied)."""
     from megatron.core.transformer.shared_prefix_attention import SharedPrefixParams
 
-    return hasattr(SharedPrefixParams, "token_counts")
+    return hasattr(SharedPrefixParams, "token_sequences")
 
 
 def enable(model: torch.nn.Module) -> None:

@@ -87,8 +87,10 @@ def test_router_metrics_count_every_routed_token(world1: None) -> None:
     worker.prepare_for_training()
     metrics = worker.train(batch)
     tokens = metrics["moe/tokens_per_expert"]
-    # Every position of every row goes through each layer's router (padding included).
-    assert sum(tokens) == 8 * SEQ * LAYERS * TOPK
+    # Every real token of every row goes through each layer's router; padding counts nothing.
+    real = int(batch["attention_mask"].sum())
+    assert real < 8 * SEQ
+    assert sum(tokens) == real * LAYERS * TOPK
     assert metrics["moe/dropped_tokens"] == 0.0  # dropless
     assert metrics["moe/load_imbalance"] == pytest.approx(max(tokens) * len(tokens) / sum(tokens))
     assert 0.5 < metrics["moe/load_balancing_loss"] < 2.0  # ~1 near balance (switch loss / coeff)
@@ -103,10 +105,14 @@ def test_router_metrics_count_every_routed_token(world1: None) -> None:
 def test_a_capacity_factor_drops_tokens_and_says_how_many(world1: None) -> None:
     worker = _worker(_moe(capacity_factor=0.5))
     worker.prepare_for_training()
-    metrics = worker.train(global_batch(rows=8))
+    batch = global_batch(rows=8)
+    metrics = worker.train(batch)
     routed = sum(metrics["moe/tokens_per_expert"])
     assert metrics["moe/dropped_tokens"] > 0
-    assert routed + metrics["moe/dropped_tokens"] == 8 * SEQ * LAYERS * TOPK
+    # Every real token's assignments, routed or dropped; padding columns count for nothing.
+    real = int(batch["attention_mask"].sum())
+    assert real < 8 * SEQ
+    assert routed + metrics["moe/dropped_tokens"] == real * LAYERS * TOPK
 
 
 @pytest.mark.parametrize(

@@ -236,23 +236,25 @@ def _router_figures(
     metrics the step would report (`RouterStats`) and every parameter's gradient."""
     from mcore_grpo.worker.logprobs import policy_token_logprobs
     from mcore_grpo.worker.moe_metrics import RouterStats
+    from model_matrix.checks import aux_loss_scale_kept
 
+    weights = torch.randn(
+        ids.shape[0], ids.shape[1] - 1, generator=torch.Generator().manual_seed(1)
+    )
+    weights = weights.to(ids.device) * (valid[:, :-1] & valid[:, 1:])
     stats = RouterStats(gpt, num_experts=4, topk=2)
     try:
-        stats.reset()
-        weights = torch.randn(ids.shape[0], ids.shape[1] - 1, generator=torch.Generator().manual_seed(1))
-        weights = weights.to(ids.device) * (valid[:, :-1] & valid[:, 1:])
-        logprobs, _ = policy_token_logprobs(gpt, ids, valid, config, shared)
-        (logprobs * weights).sum().backward()
-        metrics = stats.collect(None, ids.device)
+        with aux_loss_scale_kept():
+            stats.reset()
+            logprobs, _ = policy_token_logprobs(gpt, ids, valid, config, shared)
+            (logprobs * weights).sum().backward()
+            metrics = stats.collect(None, ids.device)
     finally:
         stats.close()
     return metrics, _grads(gpt)
 
 
-def test_moe_auxiliary_losses_count_a_shared_prompt_once_per_sample(
-    tp1: None, device: str
-) -> None:
+def test_moe_auxiliary_losses_count_a_shared_prompt_once_per_sample(tp1: None, device: str) -> None:
     """Shared rows route each prompt token once; with megatron-core's token counts
     (shared-prefix-moe-token-counts.patch) the load-balancing loss, the z-loss, the tokens per
     expert and every gradient (the losses' included) are those of the whole rows, whose padding
@@ -268,7 +270,9 @@ def test_moe_auxiliary_losses_count_a_shared_prompt_once_per_sample(
 
     real_assignments = int(valid.sum()) * 2 * config.model.num_layers  # top-2, every layer
     assert sum(whole["moe/tokens_per_expert"]) == real_assignments
-    assert shared["moe/tokens_per_expert"] == pytest.approx(whole["moe/tokens_per_expert"], abs=1e-9)
+    assert shared["moe/tokens_per_expert"] == pytest.approx(
+        whole["moe/tokens_per_expert"], abs=1e-9
+    )
     for name in ("moe/load_balancing_loss", "moe/z_loss"):
         assert whole[name] > 0, name
         assert shared[name] == pytest.approx(whole[name], rel=1e-5), name
@@ -319,11 +323,12 @@ def test_the_config_alone_names_what_rules_it_out() -> None:
     assert config_reason(SimpleNamespace(window_size=(4, 0)), "rope") is None
     assert "context parallelism" in reason(context_parallel_size=2)
     assert "'yarn' is not taken" in reason("yarn")
-    assert config_reason(SimpleNamespace(num_moe_experts=4, moe_aux_loss_coeff=0.01), "rope") is None
-    assert "capacity" in reason(num_moe_experts=4, moe_expert_capacity_factor=1.0)
-    assert "sequence-level auxiliary loss" in reason(
-        num_moe_experts=4, moe_router_load_balancing_type="seq_aux_loss"
+    assert (
+        config_reason(SimpleNamespace(num_moe_experts=4, moe_aux_loss_coeff=0.01), "rope") is None
     )
+    assert "capacity" in reason(num_moe_experts=4, moe_expert_capacity_factor=1.0)
+    seq_aux = SimpleNamespace(num_moe_experts=4, moe_router_load_balancing_type="seq_aux_loss")
+    assert config_reason(seq_aux, "rope") is None
 
 
 def test_an_hf_checkpoint_the_config_rules_out_is_refused_before_the_model_is_built(

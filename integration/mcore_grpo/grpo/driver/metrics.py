@@ -129,10 +129,9 @@ def moe_metrics(per_optimizer_step: Sequence[Mapping[str, Any]]) -> dict[str, An
     per_expert = zip(*(m["moe/tokens_per_expert"] for m in per_optimizer_step), strict=True)
     tokens = [sum(counts) for counts in per_expert]
     routed = sum(tokens)
+    losses = [key for key in per_optimizer_step[0] if key.endswith("_loss")]
     return {
-        "moe/load_balancing_loss": sum(m["moe/load_balancing_loss"] for m in per_optimizer_step)
-        / n,
-        "moe/z_loss": sum(m["moe/z_loss"] for m in per_optimizer_step) / n,
+        **{key: sum(m[key] for m in per_optimizer_step) / n for key in losses},
         "moe/tokens_per_expert": tokens,
         "moe/load_imbalance": max(tokens) * len(tokens) / routed if routed else 0.0,
         "moe/dropped_tokens": sum(m["moe/dropped_tokens"] for m in per_optimizer_step),
