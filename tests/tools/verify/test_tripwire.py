@@ -411,3 +411,32 @@ def test_the_series_state_runs_every_patchs_tests_in_one_process(sandbox: Sandbo
     left_out = sorted((test, tree) for test, _, tree in rows if tree != "series")
     assert left_out == [("a", "without-fix-a"), ("b", "without-fix-b")]
     assert len({pid for _, pid, _ in rows}) == 3
+
+
+def test_a_patch_whose_lines_a_dependent_changes_is_left_out_with_it(sandbox: Sandbox) -> None:
+    """The second patch changes the very line the first adds and says `Depends-On` it (as the
+    MoE token counts extend shared-prefix attention in Megatron-LM's series): the first cannot
+    be reverse-applied alone, so its left-out state leaves out the tail of the series from it
+    on; each tripwire is still proven."""
+    repo, pin = sandbox.upstream("Up", {"mod.py": "VALUE = 1\n"})
+    first = sandbox.make_patch(repo, pin, {"mod.py": "VALUE = 2\n"}, "Fix", _trailers("test_trip"))
+    base = run(sandbox.tmp / "dev" / repo.name, "rev-parse", "HEAD")
+    second_trailers = (
+        "Upstream-Status: pending\nOrigin: tests\nTest: tests/test_more.py::test_more\n"
+        "Depends-On: Up/first.patch\n"
+    )
+    second = sandbox.make_patch(
+        repo, base, {"mod.py": "VALUE = 22\n"}, "Extend", second_trailers
+    )
+    sandbox.add("Up", str(repo), pin)
+    more = TREE + "def test_more():\n    assert 'VALUE = 22' in (_tree() / 'mod.py').read_text()\n"
+    write(sandbox.root, {"tests/test_trip.py": TRIP, "tests/test_more.py": more})
+    sandbox.set_series("Up", {"first.patch": first, "second.patch": second})
+    sandbox.commit()
+    up = load_manifest(sandbox.root).upstreams["Up"]
+    assert apply_upstream(sandbox.root, up).state == "applied"
+    proofs = verify_upstream(sandbox.root, up, Path(sys.executable), progress=False)
+    assert [(p.patch, p.verdict) for p in proofs] == [
+        ("first.patch", "proven"),
+        ("second.patch", "proven"),
+    ]

@@ -83,7 +83,9 @@ class VerifyState:
 
     @property
     def reversed_patches(self) -> list[Patch]:
-        return [self.patch] if self.patch is not None else self.reverse
+        """`reverse` where given (a left-out patch with the later ones that depend on it),
+        else the left-out `patch` alone."""
+        return self.reverse or ([self.patch] if self.patch is not None else [])
 
     def run_nodes(self, tree: Path) -> list[str]:
         """`nodes` plus the `test_*.py` files directly in each of `dirs` that `tree` has."""

@@ -87,8 +87,9 @@ def reversed_tree(
         except GitError as exc:
             raise PatchToolError(
                 f"{patch.path.name} does not reverse-apply on the patched tree (a later patch "
-                "in the series touches the same lines): it cannot be left out alone; merge the "
-                "two patches or make the later one independent"
+                "in the series touches the same lines): it cannot be left out alone; add "
+                f"`Depends-On: <Upstream>/{patch.path.name}` to the later patch (its proofs then "
+                "leave out both), merge the two, or make the later one independent"
             ) from exc
         git([*args, "-"], dest, input=data, env=env)
     return dest

@@ -42,6 +42,7 @@ from ..source.proxy import check_series, proxy_name
 from ..source.state import upstream_status
 from .pytest_run import FAILED, INVALID, NOT_RUN, PASSED, SKIPPED, Outcomes, run_pytest
 from .states import VerifyState
+from .upstream_proof import dependents_of
 from .trees import full_tree, tree_env
 
 PROVEN, PROVEN_ON_PROXY, NOT_VERIFIED = "proven", "proven on proxy", "not verified here"
@@ -177,17 +178,34 @@ def plan_upstream(root: Path, up: Upstream, suite: UpstreamSuite | None) -> Trip
     # process of its own, so no patch's failure without it can lean on another's tests.
     nodes = list(dict.fromkeys(node for proof, _ in testable for node in proof.tests))
     with_series = VerifyState(up.name, repo, nodes, None, packages, name="the series")
+    ordered = [patch for _, patch in series]
     states = [
         (
             with_series,
             VerifyState(
-                up.name, repo, proof.tests, patch, packages, name=patch.path.name, exclude=keep
+                up.name,
+                repo,
+                proof.tests,
+                patch,
+                packages,
+                name=patch.path.name,
+                exclude=keep,
+                reverse=_left_out_with(patch, ordered, up.name),
             ),
         )
         for proof, patch in testable
     ]
     exact = not source.proxy and source.kind != STANDIN
     return TripwirePlan(proofs, testable, states, series if exact else [], repo, packages)
+
+
+def _left_out_with(patch: Patch, ordered: list[Patch], upstream: str) -> list[Patch]:
+    """What a left-out state reverse-applies besides `patch` alone: where a later patch
+    `Depends-On` it (it may change the very lines `patch` adds), the tail of the series from
+    `patch` on, as the upstream proof leaves it out (`upstream_proof.dependents_of`); else
+    nothing more."""
+    index = ordered.index(patch)
+    return ordered[index:] if dependents_of(patch, ordered[index + 1 :], upstream) else []
 
 
 def fold_plan(plan: TripwirePlan) -> None:
