@@ -88,7 +88,12 @@ def unsupported_reason(model: torch.nn.Module) -> str | None:
     if reason is not None:
         return reason
     rotary = getattr(gpt, "rotary_pos_emb", None)
-    if gpt.position_embedding_type == "rope" and not hasattr(rotary, "get_emb_at_positions"):
+    multi_latent = getattr(gpt.config, "multi_latent_attention", False)
+    if (
+        gpt.position_embedding_type == "rope"
+        and not multi_latent
+        and not hasattr(rotary, "get_emb_at_positions")
+    ):
         # A model's own rotary class (Gemma 4's) that rope-from-position-ids.patch did not reach.
         return f"its rotary embedding ({type(rotary).__name__}) rotates by sequence index only"
     return attention_reason(model)
@@ -140,25 +145,46 @@ def config_reason(config: Any, position_embedding_type: str) -> str | None:
         return RECURRENT_REASON
     if variant == "dsa":
         return "its sparse attention (DSA) picks keys by its own indexer, which takes no mask"
-    if getattr(config, "multi_latent_attention", False):
-        return "multi-latent attention rotates inside its attention, by sequence index"
     if not segment_attention_available():
         return (
             "megatron-core attends no shared-prefix segments: apply "
             "patches/Megatron-LM/shared-prefix-attention.patch (tools/apply_patches.sh)"
         )
     kind = position_embedding_type
-    if kind == "rope" and "rope_from_position_ids" not in TransformerConfig.__dataclass_fields__:
+    multi_latent = getattr(config, "multi_latent_attention", False)
+    if multi_latent and (reason := _mla_reason(config)) is not None:
+        return reason
+    if (
+        kind == "rope"
+        and not multi_latent
+        and "rope_from_position_ids" not in TransformerConfig.__dataclass_fields__
+    ):
         return (
             "megatron-core rotates by sequence index: apply "
             "patches/Megatron-LM/rope-from-position-ids.patch (tools/apply_patches.sh)"
         )
-    if kind not in ("rope", "learned_absolute"):
+    if kind not in ("rope", "learned_absolute") and not multi_latent:
         return f"position_embedding_type {kind!r} is not taken from position_ids"
     if (getattr(config, "context_parallel_size", 1) or 1) > 1:
         return "context parallelism would split the segments over ranks, which they do not follow"
     if getattr(config, "num_moe_experts", None):
         return _moe_reason(config)
+    return None
+
+
+def _mla_reason(config: Any) -> str | None:
+    """Multi-latent attention rotates its queries and keys itself (its own rope or yarn table),
+    where no position ids reach: exact only where it reads each token's position from the
+    segments (patches/Megatron-LM/mla-shared-prefix-positions.patch), unfused."""
+    from megatron.core.transformer.shared_prefix_attention import SharedPrefixParams
+
+    if not hasattr(SharedPrefixParams, "positions"):
+        return (
+            "multi-latent attention rotates inside its attention, by sequence index: apply "
+            "patches/Megatron-LM/mla-shared-prefix-positions.patch (tools/apply_patches.sh)"
+        )
+    if getattr(config, "apply_rope_fusion", False):
+        return "multi-latent attention's fused rope rotates by sequence index (apply_rope_fusion)"
     return None
 
 
@@ -197,9 +223,10 @@ def token_sequences_available() -> bool:
 
 
 def enable(model: torch.nn.Module) -> None:
-    """Make the model rotate by the positions it is given (a no-op for learned positions)."""
+    """Make the model rotate by the positions it is given (a no-op for learned positions and
+    for multi-latent attention, which reads them from the segments)."""
     gpt = gpt_module(model)
-    if gpt.position_embedding_type == "rope":
+    if gpt.position_embedding_type == "rope" and not gpt.config.multi_latent_attention:
         gpt.config.rope_from_position_ids = True
 
 

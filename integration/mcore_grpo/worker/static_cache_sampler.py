@@ -161,7 +161,9 @@ def prefill_segments_reason(model: torch.nn.Module) -> str | None:
         return "megatron-core without shared-prefix-attention.patch"
     config = gpt_module(model).config
     if getattr(config, "multi_latent_attention", False):
-        return "multi-latent attention reads no SharedPrefixParams"
+        return (
+            "multi-latent attention rotates by the cache's offset when it prefills, not by segments"
+        )
     if getattr(config, "experimental_attention_variant", None) is not None:
         return "an experimental attention variant reads no SharedPrefixParams"
     if getattr(config, "softmax_type", "vanilla") != "vanilla":

@@ -319,7 +319,8 @@ def test_the_config_alone_names_what_rules_it_out() -> None:
     assert config_reason(SimpleNamespace(hybrid_layer_pattern="*-*E"), "rope") is None
     assert "Mamba / gated delta net" in reason(experimental_attention_variant="gated_delta_net")
     assert "sparse attention (DSA)" in reason(experimental_attention_variant="dsa")
-    assert "multi-latent attention" in reason(multi_latent_attention=True)
+    assert config_reason(SimpleNamespace(multi_latent_attention=True), "rope") is None
+    assert "fused rope" in reason(multi_latent_attention=True, apply_rope_fusion=True)
     assert config_reason(SimpleNamespace(window_size=(4, 0)), "rope") is None
     assert "context parallelism" in reason(context_parallel_size=2)
     assert "'yarn' is not taken" in reason("yarn")
@@ -334,16 +335,16 @@ def test_the_config_alone_names_what_rules_it_out() -> None:
 def test_an_hf_checkpoint_the_config_rules_out_is_refused_before_the_model_is_built(
     tp1: None, tmp_path: Path
 ) -> None:
-    """DeepSeek-V3 (multi-latent attention) through Bridge with `shared_prefix=True`: refused
-    from the provider's config, before `provide_distributed_model` builds anything."""
+    """GPT-OSS (yarn position embeddings) through Bridge with `shared_prefix=True`: refused from
+    the provider's config, before `provide_distributed_model` builds anything."""
     from model_matrix import families
 
-    checkpoint = tmp_path / "deepseek-v3"
-    families.write_checkpoint(checkpoint, "DeepseekV3ForCausalLM")
+    checkpoint = tmp_path / "gpt-oss"
+    families.write_checkpoint(checkpoint, "GptOssForCausalLM")
     config = WorkerConfig(
         device="cpu", model=ModelConfig(hf_checkpoint=str(checkpoint)), shared_prefix=True
     )
-    with pytest.raises(ValueError, match=r"shared_prefix=True, but .*multi-latent") as caught:
+    with pytest.raises(ValueError, match=r"shared_prefix=True, but .*'yarn'") as caught:
         build_gpt(config)
     frames = [entry.name for entry in caught.traceback]
     assert "refuse_before_build" in frames and "provide_distributed_model" not in frames

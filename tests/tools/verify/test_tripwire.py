@@ -425,9 +425,7 @@ def test_a_patch_whose_lines_a_dependent_changes_is_left_out_with_it(sandbox: Sa
         "Upstream-Status: pending\nOrigin: tests\nTest: tests/test_more.py::test_more\n"
         "Depends-On: Up/first.patch\n"
     )
-    second = sandbox.make_patch(
-        repo, base, {"mod.py": "VALUE = 22\n"}, "Extend", second_trailers
-    )
+    second = sandbox.make_patch(repo, base, {"mod.py": "VALUE = 22\n"}, "Extend", second_trailers)
     sandbox.add("Up", str(repo), pin)
     more = TREE + "def test_more():\n    assert 'VALUE = 22' in (_tree() / 'mod.py').read_text()\n"
     write(sandbox.root, {"tests/test_trip.py": TRIP, "tests/test_more.py": more})

@@ -42,8 +42,8 @@ from ..source.proxy import check_series, proxy_name
 from ..source.state import upstream_status
 from .pytest_run import FAILED, INVALID, NOT_RUN, PASSED, SKIPPED, Outcomes, run_pytest
 from .states import VerifyState
-from .upstream_proof import dependents_of
 from .trees import full_tree, tree_env
+from .upstream_proof import dependents_of
 
 PROVEN, PROVEN_ON_PROXY, NOT_VERIFIED = "proven", "proven on proxy", "not verified here"
 
