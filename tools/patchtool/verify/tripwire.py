@@ -176,27 +176,39 @@ def plan_upstream(root: Path, up: Upstream, suite: UpstreamSuite | None) -> Trip
     # One state runs every patch's tests on the series trees (one process, one import of the
     # upstreams: ~10 s of CPU each, for tests of a second or two); each left-out state stays a
     # process of its own, so no patch's failure without it can lean on another's tests.
+    states = _states(up.name, repo, testable, [patch for _, patch in series], packages, keep)
+    exact = not source.proxy and source.kind != STANDIN
+    return TripwirePlan(proofs, testable, states, series if exact else [], repo, packages)
+
+
+def _states(
+    upstream: str,
+    repo: Path,
+    testable: list[tuple[Proof, Patch]],
+    ordered: list[Patch],
+    packages: list[str],
+    keep: tuple[str, ...],
+) -> list[tuple[VerifyState, VerifyState]]:
+    """Per testable patch: the one state that runs every patch's tests on the series trees,
+    and the patch's own left-out state (`_left_out_with`)."""
     nodes = list(dict.fromkeys(node for proof, _ in testable for node in proof.tests))
-    with_series = VerifyState(up.name, repo, nodes, None, packages, name="the series")
-    ordered = [patch for _, patch in series]
-    states = [
+    with_series = VerifyState(upstream, repo, nodes, None, packages, name="the series")
+    return [
         (
             with_series,
             VerifyState(
-                up.name,
+                upstream,
                 repo,
                 proof.tests,
                 patch,
                 packages,
                 name=patch.path.name,
                 exclude=keep,
-                reverse=_left_out_with(patch, ordered, up.name),
+                reverse=_left_out_with(patch, ordered, upstream),
             ),
         )
         for proof, patch in testable
     ]
-    exact = not source.proxy and source.kind != STANDIN
-    return TripwirePlan(proofs, testable, states, series if exact else [], repo, packages)
 
 
 def _left_out_with(patch: Patch, ordered: list[Patch], upstream: str) -> list[Patch]:
