@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 from mcore_grpo.worker.config import ModelConfig, ParallelConfig, WorkerConfig
-from mcore_grpo.worker.moe_metrics import TRACKED
+from mcore_grpo.worker.moe_metrics import TRACKED, RouterStats
 
 TOKENS_SHAPE = (2, 12)
 
@@ -253,8 +253,6 @@ ROUTER_METRICS = (*TRACKED.values(), "moe/tokens_per_expert")
 def _router_stats(gpt: Any) -> Any:
     """For an MoE model: training mode (the routers' losses exist in training forwards only)
     and `RouterStats` counting its routers; None for a dense model (left in eval mode)."""
-    from mcore_grpo.worker.moe_metrics import RouterStats
-
     moe = gpt.config.num_moe_experts
     if not moe:
         return None

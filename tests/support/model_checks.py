@@ -1,10 +1,13 @@
-"""A model check of the matrix (`model_matrix.checks`) in a child process, for tripwires.
+"""A model check of the matrix (`model_matrix.checks`) for tests and tripwires: in a child
+process, or (`shared_prefix_figures`) in a test that holds a one-rank world.
 
 Why a child: each check initialises torch.distributed and megatron-core's parallel state,
 which the test process must not keep; `python_c` forks it cheaply under verify.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from tests.support.ports import free_port
 from tests.support.python_process import python_c
@@ -57,3 +60,16 @@ def child_run(script: str, *args: str, timeout: float = 600) -> str:
 def child_figure(script: str, *args: str, timeout: float = 600) -> float:
     """`child_run`, and the number after the last "DIFF" the script printed."""
     return float(child_run(script, *args, timeout=timeout).split("DIFF")[-1])
+
+
+def shared_prefix_figures(tmp_path: Path, arch: str) -> dict[str, float]:
+    """The matrix's shared-prefix check (`checks.shared_prefix_difference`, TP=1, EP=1) on
+    `arch`'s tiny checkpoint, written under `tmp_path`, in this process (its caller holds a
+    one-rank world: the `world1` fixture). Fails the test where the worker would not share."""
+    from model_matrix import checks, families
+
+    checkpoint = tmp_path / arch
+    families.write_checkpoint(checkpoint, arch)
+    figures = checks.shared_prefix_difference(checkpoint, 1, 1, families.TINY_SIZES["vocab_size"])
+    assert "off" not in figures, figures
+    return figures

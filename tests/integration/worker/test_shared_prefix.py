@@ -34,6 +34,7 @@ from mcore_grpo.worker.shared_prefix import (
 from tests.integration.worker.harness import spawn2
 from tests.support.dense_reference import reference_logits
 from tests.support.device import MULTI_RANK_CPU
+from tests.support.model_checks import shared_prefix_figures
 from tests.support.ports import free_port
 
 VOCAB = 64
@@ -365,12 +366,7 @@ def test_sliding_window_models_share_exactly(world1: None, tmp_path: Path, arch:
     """Bridge's sliding-window families (every layer windowed; windowed and global layers
     mixed): on by default, logprobs and every gradient those of whole rows (the model
     matrix's shared-prefix check; the tiny window of 8 cuts into the prompts)."""
-    from model_matrix import checks, families
-
-    checkpoint = tmp_path / arch
-    families.write_checkpoint(checkpoint, arch)
-    figures = checks.shared_prefix_difference(checkpoint, 1, 1, families.TINY_SIZES["vocab_size"])
-    assert "off" not in figures, figures
+    figures = shared_prefix_figures(tmp_path, arch)
     assert figures["logprobs"] <= 1e-5 and figures["gradients"] <= 1e-5, figures
 
 

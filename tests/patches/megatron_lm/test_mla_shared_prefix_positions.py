@@ -16,13 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.model_checks import shared_prefix_figures
+
 
 @pytest.mark.timeout(600)
 def test_mla_model_shares_prefixes_exactly(world1: None, tmp_path: Path) -> None:
-    from model_matrix import checks, families
-
-    checkpoint = tmp_path / "deepseek-v3"
-    families.write_checkpoint(checkpoint, "DeepseekV3ForCausalLM")
-    figures = checks.shared_prefix_difference(checkpoint, 1, 1, families.TINY_SIZES["vocab_size"])
-    assert "off" not in figures, figures
+    figures = shared_prefix_figures(tmp_path, "DeepseekV3ForCausalLM")
     assert max(figures["logprobs"], figures["gradients"], figures["router"]) <= 1e-5, figures
