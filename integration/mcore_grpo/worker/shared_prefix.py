@@ -75,7 +75,8 @@ RECURRENT_SYMBOLS = "MG"  # megatron-core's hybrid layer pattern: Mamba, gated d
 
 
 # Core attention classes that take `SharedPrefixParams` (shared-prefix-attention.patch):
-# megatron-core's local attention (and our SDPA subclass of it), Transformer Engine's.
+# megatron-core's local attention (and our SDPA subclass of it), Transformer Engine's; a
+# model's subclass that keeps their forward (Gemma 3's, a per-layer window) takes them too.
 SEGMENT_ATTENTION = ("DotProductAttention", "SDPADotProductAttention", "TEDotProductAttention")
 
 
@@ -92,11 +93,26 @@ def unsupported_reason(model: torch.nn.Module) -> str | None:
     if (
         gpt.position_embedding_type == "rope"
         and not multi_latent
-        and not hasattr(rotary, "get_emb_at_positions")
+        and not _overridden_together(type(rotary), "forward", "get_emb_at_positions")
     ):
-        # A model's own rotary class (Gemma 4's) that rope-from-position-ids.patch did not reach.
+        # A model's own rotary class (Gemma 4's; Gemma 3's without
+        # patches/Megatron-Bridge/gemma3-rope-at-positions.patch) whose tables
+        # rope-from-position-ids.patch does not reach.
         return f"its rotary embedding ({type(rotary).__name__}) rotates by sequence index only"
     return attention_reason(model)
+
+
+def _overridden_together(cls: type, method: str, counterpart: str) -> bool:
+    """Whether `cls` defines `counterpart` where it defines `method` or below: a subclass that
+    overrides `forward` (another table) but inherits `get_emb_at_positions` would be read at
+    its base's table."""
+    owners = {
+        name: next((c for c in cls.__mro__ if name in vars(c)), None)
+        for name in (method, counterpart)
+    }
+    if owners[counterpart] is None:
+        return False
+    return owners[method] is None or issubclass(owners[counterpart], owners[method])
 
 
 def attention_reason(model: torch.nn.Module) -> str | None:
@@ -107,12 +123,13 @@ def attention_reason(model: torch.nn.Module) -> str | None:
         if attention is None:
             continue
         name = type(attention).__name__
-        if name not in SEGMENT_ATTENTION:
+        forward = next(c for c in type(attention).__mro__ if "forward" in vars(c)).__name__
+        if forward not in SEGMENT_ATTENTION:
             return (
                 f"its attention ({name}) takes no shared-prefix segments; "
                 "megatron-core's local and Transformer Engine attention do"
             )
-        if windowed and name == "TEDotProductAttention":
+        if windowed and forward == "TEDotProductAttention":
             return (
                 "Transformer Engine's sliding window over segments is unchecked: its test "
                 "(test_transformer_engine_matches_the_local_attention, marked gpu) has not run"
