@@ -22,6 +22,7 @@ one packed row still costs less than the group and the row apart (`FlopCost`).
 
 from __future__ import annotations
 
+import inspect
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -180,8 +181,19 @@ def config_reason(config: Any, position_embedding_type: str) -> str | None:
             "megatron-core rotates by sequence index: apply "
             "patches/Megatron-LM/rope-from-position-ids.patch (tools/apply_patches.sh)"
         )
-    if kind not in ("rope", "learned_absolute") and not multi_latent:
+    if kind == "yarn" and not multi_latent and not yarn_from_position_ids_available():
+        return (
+            "megatron-core rotates YaRN RoPE by sequence index: apply "
+            "patches/Megatron-LM/yarn-from-position-ids.patch (tools/apply_patches.sh)"
+        )
+    if kind not in ("rope", "yarn", "learned_absolute") and not multi_latent:
         return f"position_embedding_type {kind!r} is not taken from position_ids"
+    if getattr(config, "softmax_type", "vanilla") != "vanilla" and not _softmax_offset_available():
+        return (
+            f"its attention sinks (softmax_type {config.softmax_type!r}) are refused over "
+            "segments: apply patches/Megatron-LM/shared-prefix-softmax-offset.patch "
+            "(tools/apply_patches.sh)"
+        )
     if (getattr(config, "context_parallel_size", 1) or 1) > 1:
         return "context parallelism would split the segments over ranks, which they do not follow"
     if getattr(config, "num_moe_experts", None):
@@ -231,6 +243,25 @@ def _moe_reason(config: Any) -> str | None:
     return None
 
 
+def yarn_from_position_ids_available() -> bool:
+    """Whether megatron-core's YaRN RoPE is read at given positions (patches/Megatron-LM/
+    yarn-from-position-ids.patch applied; without it the inherited method reads the base
+    class's frequencies)."""
+    from megatron.core.models.common.embeddings.yarn_rotary_pos_embedding import (
+        YarnRotaryEmbedding,
+    )
+
+    return "get_emb_at_positions" in vars(YarnRotaryEmbedding)
+
+
+def _softmax_offset_available() -> bool:
+    """Whether megatron-core's local attention adds a softmax offset over segments
+    (patches/Megatron-LM/shared-prefix-softmax-offset.patch applied)."""
+    from megatron.core.transformer.shared_prefix_attention import shared_prefix_attention
+
+    return "softmax_offset" in inspect.signature(shared_prefix_attention).parameters
+
+
 def token_sequences_available() -> bool:
     """Whether megatron-core's MoE routers count a shared-prefix token once per sample holding
     it (patches/Megatron-LM/shared-prefix-moe-token-counts.patch applied)."""
@@ -243,7 +274,7 @@ def enable(model: torch.nn.Module) -> None:
     """Make the model rotate by the positions it is given (a no-op for learned positions and
     for multi-latent attention, which reads them from the segments)."""
     gpt = gpt_module(model)
-    if gpt.position_embedding_type == "rope" and not gpt.config.multi_latent_attention:
+    if gpt.position_embedding_type in ("rope", "yarn") and not gpt.config.multi_latent_attention:
         gpt.config.rope_from_position_ids = True
 
 
