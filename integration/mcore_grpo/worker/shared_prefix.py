@@ -96,8 +96,8 @@ def unsupported_reason(model: torch.nn.Module) -> str | None:
         and not multi_latent
         and not _overridden_together(type(rotary), "forward", "get_emb_at_positions")
     ):
-        # A model's own rotary class (Gemma 4's; Gemma 3's without
-        # patches/Megatron-Bridge/gemma3-rope-at-positions.patch) whose tables
+        # A model's own rotary class (Gemma 3's and Gemma 4's without
+        # patches/Megatron-Bridge/gemma-rope-at-positions.patch) whose tables
         # rope-from-position-ids.patch does not reach.
         return f"its rotary embedding ({type(rotary).__name__}) rotates by sequence index only"
     return attention_reason(model)

@@ -324,7 +324,9 @@ def test_the_config_alone_names_what_rules_it_out() -> None:
     assert "fused rope" in reason(multi_latent_attention=True, apply_rope_fusion=True)
     assert config_reason(SimpleNamespace(window_size=(4, 0)), "rope") is None
     assert "context parallelism" in reason(context_parallel_size=2)
-    assert "'yarn' is not taken" in reason("yarn")
+    assert "'mrope' is not taken" in reason("mrope")
+    assert config_reason(SimpleNamespace(), "yarn") is None  # yarn-from-position-ids.patch
+    assert config_reason(SimpleNamespace(softmax_type="learnable"), "yarn") is None  # sinks
     assert (
         config_reason(SimpleNamespace(num_moe_experts=4, moe_aux_loss_coeff=0.01), "rope") is None
     )
@@ -336,16 +338,16 @@ def test_the_config_alone_names_what_rules_it_out() -> None:
 def test_an_hf_checkpoint_the_config_rules_out_is_refused_before_the_model_is_built(
     tp1: None, tmp_path: Path
 ) -> None:
-    """GPT-OSS (yarn position embeddings) through Bridge with `shared_prefix=True`: refused from
+    """Qwen3.5 (gated delta net layers) through Bridge with `shared_prefix=True`: refused from
     the provider's config, before `provide_distributed_model` builds anything."""
     from model_matrix import families
 
-    checkpoint = tmp_path / "gpt-oss"
-    families.write_checkpoint(checkpoint, "GptOssForCausalLM")
+    checkpoint = tmp_path / "qwen3.5"
+    families.write_checkpoint(checkpoint, "Qwen3_5ForCausalLM")
     config = WorkerConfig(
         device="cpu", model=ModelConfig(hf_checkpoint=str(checkpoint)), shared_prefix=True
     )
-    with pytest.raises(ValueError, match=r"shared_prefix=True, but .*'yarn'") as caught:
+    with pytest.raises(ValueError, match=r"shared_prefix=True, but .*gated delta net") as caught:
         build_gpt(config)
     frames = [entry.name for entry in caught.traceback]
     assert "refuse_before_build" in frames and "provide_distributed_model" not in frames
@@ -359,6 +361,34 @@ def test_models_it_applies_to(tp1: None, device: str) -> None:
     config: Any = rope.config
     config.window_size = (4, 0)
     assert unsupported_reason(rope) is None  # the local attention counts the window in positions
+
+
+def test_a_model_subclass_is_judged_by_what_it_overrides(tp1: None, device: str) -> None:
+    """A rotary class that overrides `forward` (another table) but inherits
+    `get_emb_at_positions` would be read at its base's table; a core attention that overrides
+    `forward` takes no segments. Subclasses that keep megatron-core's methods share (Gemma 3's
+    attention: only a per-layer window)."""
+    _, model = build_gpt(_config(device))
+    gpt: Any = model
+    rotary, attention = gpt.rotary_pos_emb, gpt.decoder.layers[0].self_attention.core_attention
+    base_rotary, base_attention = type(rotary), type(attention)
+    try:
+        rotary.__class__ = type("OwnTables", (base_rotary,), {"forward": base_rotary.forward})
+        assert "(OwnTables) rotates by sequence index only" in str(unsupported_reason(model))
+        rotary.__class__ = type(
+            "OwnTablesAtPositions",
+            (base_rotary,),
+            {"forward": base_rotary.forward, "get_emb_at_positions": lambda self, p: p},
+        )
+        assert unsupported_reason(model) is None
+        attention.__class__ = type("PerLayerWindow", (base_attention,), {})
+        assert unsupported_reason(model) is None
+        attention.__class__ = type("OwnSoftmax", (base_attention,), {"forward": lambda self: 0})
+        assert "its attention (OwnSoftmax) takes no shared-prefix segments" in str(
+            unsupported_reason(model)
+        )
+    finally:
+        rotary.__class__, attention.__class__ = base_rotary, base_attention
 
 
 @pytest.mark.parametrize("arch", ["MistralForCausalLM", "Exaone4ForCausalLM"])
