@@ -75,10 +75,18 @@ RECURRENT_VARIANTS = ("gdn", "gdn2", "gated_delta_net")
 RECURRENT_SYMBOLS = "MG"  # megatron-core's hybrid layer pattern: Mamba, gated delta net
 
 
-# Core attention classes that take `SharedPrefixParams` (shared-prefix-attention.patch):
-# megatron-core's local attention (and our SDPA subclass of it), Transformer Engine's; a
-# model's subclass that keeps their forward (Gemma 3's, a per-layer window) takes them too.
-SEGMENT_ATTENTION = ("DotProductAttention", "SDPADotProductAttention", "TEDotProductAttention")
+# Core attention classes whose forward takes `SharedPrefixParams` where they have a
+# `_shared_prefix_forward`: megatron-core's local attention (and our SDPA subclass of it) and
+# Transformer Engine's (shared-prefix-attention.patch), Gemma 2's soft-capping ones
+# (patches/Megatron-Bridge/gemma2-shared-prefix.patch). A model's subclass that keeps their
+# forward (Gemma 3's, a per-layer window) takes them too.
+SEGMENT_ATTENTION = (
+    "DotProductAttention",
+    "SDPADotProductAttention",
+    "TEDotProductAttention",
+    "Gemma2DotProductAttention",
+    "Gemma2FlexDotProductAttention",
+)
 
 
 def unsupported_reason(model: torch.nn.Module) -> str | None:
@@ -125,10 +133,15 @@ def attention_reason(model: torch.nn.Module) -> str | None:
             continue
         name = type(attention).__name__
         forward = next(c for c in type(attention).__mro__ if "forward" in vars(c)).__name__
-        if forward not in SEGMENT_ATTENTION:
+        if forward not in SEGMENT_ATTENTION or not hasattr(attention, "_shared_prefix_forward"):
             return (
                 f"its attention ({name}) takes no shared-prefix segments; "
                 "megatron-core's local and Transformer Engine attention do"
+            )
+        if forward.startswith("Gemma2") and not _score_transform_available():
+            return (
+                f"its attention ({name}) soft-caps its scores, which megatron-core's segment "
+                "attention takes only with patches/Megatron-LM/shared-prefix-score-transform.patch"
             )
         if windowed and forward == "TEDotProductAttention":
             return (
@@ -260,6 +273,14 @@ def _softmax_offset_available() -> bool:
     from megatron.core.transformer.shared_prefix_attention import shared_prefix_attention
 
     return "softmax_offset" in inspect.signature(shared_prefix_attention).parameters
+
+
+def _score_transform_available() -> bool:
+    """Whether megatron-core's segment attention transforms scores before its mask, as Gemma 2's
+    soft-capping needs (patches/Megatron-LM/shared-prefix-score-transform.patch applied)."""
+    from megatron.core.transformer.shared_prefix_attention import shared_prefix_attention
+
+    return "score_transform" in inspect.signature(shared_prefix_attention).parameters
 
 
 def token_sequences_available() -> bool:
