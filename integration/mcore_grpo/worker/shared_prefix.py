@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from mcore_grpo.worker.forward import gpt_module, has_recurrent_layers
+from mcore_grpo.worker.layer_types import optional_class, recurrent_layer_types
 from mcore_grpo.worker.packed_rows import (
     Group,
     PackedRows,
@@ -70,9 +71,9 @@ class FlopCost:
 
 
 RECURRENT_REASON = "its Mamba / gated delta net layers carry a state along the row, across suffixes"
-# TransformerConfig.experimental_attention_variant values with a recurrent layer
-RECURRENT_VARIANTS = ("gdn", "gdn2", "gated_delta_net")
-RECURRENT_SYMBOLS = "MG"  # megatron-core's hybrid layer pattern: Mamba, gated delta net
+# TransformerConfig.experimental_attention_variant values with a gated delta net (1) layer
+GATED_DELTA_NET_VARIANTS = ("gdn", "gated_delta_net")
+MAMBA_SYMBOL, GATED_DELTA_NET_SYMBOL = "M", "G"  # megatron-core's hybrid layer pattern
 
 
 # Core attention classes whose forward takes `SharedPrefixParams` where they have a
@@ -91,12 +92,15 @@ SEGMENT_ATTENTION = (
 
 def unsupported_reason(model: torch.nn.Module) -> str | None:
     """Why shared-prefix rows would not give this model's unshared logits, or None if they do."""
-    if has_recurrent_layers(model):
-        return RECURRENT_REASON
+    if has_recurrent_layers(model) and (reason := _recurrent_reason(model)) is not None:
+        return reason
     gpt = gpt_module(model)
     reason = config_reason(gpt.config, gpt.position_embedding_type)
     if reason is not None:
         return reason
+    if "packed_seq_params" not in inspect.signature(type(gpt).forward).parameters:
+        # A model class of its own (Falcon-H1's) whose forward does not pass segments on.
+        return f"its model ({type(gpt).__name__}) takes no packed_seq_params to its layers"
     rotary = getattr(gpt, "rotary_pos_emb", None)
     multi_latent = getattr(gpt.config, "multi_latent_attention", False)
     if (
@@ -151,6 +155,39 @@ def attention_reason(model: torch.nn.Module) -> str | None:
     return None
 
 
+def _recurrent_reason(model: torch.nn.Module) -> str | None:
+    """Why the model's recurrent layers would not start each continuation from its prefix's
+    state, or None: Mamba-2 mixers do with patches/Megatron-LM/mamba-shared-prefix-state.patch,
+    gated delta nets with gdn-shared-prefix-state.patch; gated delta net 2 never yet."""
+    for module in model.modules():
+        if isinstance(module, recurrent_layer_types()) and not _takes_segments(module):
+            return f"{RECURRENT_REASON} ({type(module).__name__} takes no segments)"
+    return None
+
+
+def _takes_segments(layer: torch.nn.Module) -> bool:
+    """Whether a recurrent layer starts each shared-prefix segment from its parent's state."""
+    mamba = optional_class("megatron.core.ssm.mamba_mixer", "MambaMixer")
+    gdn = optional_class("megatron.core.ssm.gated_delta_net", "GatedDeltaNet")
+    if mamba is not None and isinstance(layer, mamba):
+        return mamba_segments_available()
+    return gdn is not None and isinstance(layer, gdn) and gated_delta_net_segments_available()
+
+
+def mamba_segments_available() -> bool:
+    """Whether megatron-core's Mamba-2 mixer starts each shared-prefix segment from its parent's
+    convolution and SSM state (patches/Megatron-LM/mamba-shared-prefix-state.patch applied)."""
+    mamba = optional_class("megatron.core.ssm.mamba_mixer", "MambaMixer")
+    return mamba is not None and hasattr(mamba, "_shared_prefix_ssm")
+
+
+def gated_delta_net_segments_available() -> bool:
+    """Whether megatron-core's gated delta net starts each shared-prefix segment from its
+    parent's state (patches/Megatron-LM/gdn-shared-prefix-state.patch applied)."""
+    gdn = optional_class("megatron.core.ssm.gated_delta_net", "GatedDeltaNet")
+    return gdn is not None and hasattr(gdn, "_shared_prefix_forward")
+
+
 def segment_attention_available() -> bool:
     """Whether megatron-core attends `SharedPrefixParams` (patches/Megatron-LM/
     shared-prefix-attention.patch applied)."""
@@ -172,8 +209,13 @@ def config_reason(config: Any, position_embedding_type: str) -> str | None:
         config, "hybrid_override_pattern", None
     )
     variant = getattr(config, "experimental_attention_variant", None)
-    if variant in RECURRENT_VARIANTS or any(c in (pattern or "") for c in RECURRENT_SYMBOLS):
-        return RECURRENT_REASON
+    gated_delta_net = variant in GATED_DELTA_NET_VARIANTS or GATED_DELTA_NET_SYMBOL in (
+        pattern or ""
+    )
+    if variant == "gdn2" or (gated_delta_net and not gated_delta_net_segments_available()):
+        return f"{RECURRENT_REASON} (gated delta net {variant or ''} takes no segments)"
+    if MAMBA_SYMBOL in (pattern or "") and not mamba_segments_available():
+        return f"{RECURRENT_REASON} (Mamba takes no segments)"
     if variant == "dsa":
         return "its sparse attention (DSA) picks keys by its own indexer, which takes no mask"
     if not segment_attention_available():
@@ -199,7 +241,7 @@ def config_reason(config: Any, position_embedding_type: str) -> str | None:
             "megatron-core rotates YaRN RoPE by sequence index: apply "
             "patches/Megatron-LM/yarn-from-position-ids.patch (tools/apply_patches.sh)"
         )
-    if kind not in ("rope", "yarn", "learned_absolute") and not multi_latent:
+    if kind not in ("rope", "yarn", "learned_absolute", "none") and not multi_latent:
         return f"position_embedding_type {kind!r} is not taken from position_ids"
     if getattr(config, "softmax_type", "vanilla") != "vanilla" and not _softmax_offset_available():
         return (

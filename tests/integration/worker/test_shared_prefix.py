@@ -315,10 +315,14 @@ def test_the_config_alone_names_what_rules_it_out() -> None:
 
     assert config_reason(SimpleNamespace(), "rope") is None
     assert config_reason(SimpleNamespace(), "learned_absolute") is None
-    assert "Mamba / gated delta net" in reason(hybrid_layer_pattern="M*M-")
-    assert "Mamba / gated delta net" in reason(hybrid_override_pattern="G*-")
+    # Mamba: each segment from its prefix's state (mamba-shared-prefix-state.patch)
+    assert config_reason(SimpleNamespace(hybrid_layer_pattern="M*M-"), "none") is None
+    # gated delta net: likewise (gdn-shared-prefix-state.patch); gated delta net 2 not yet
+    assert config_reason(SimpleNamespace(hybrid_override_pattern="G*-"), "rope") is None
     assert config_reason(SimpleNamespace(hybrid_layer_pattern="*-*E"), "rope") is None
-    assert "Mamba / gated delta net" in reason(experimental_attention_variant="gated_delta_net")
+    gdn = SimpleNamespace(experimental_attention_variant="gated_delta_net")
+    assert config_reason(gdn, "rope") is None
+    assert "gated delta net gdn2" in reason(experimental_attention_variant="gdn2")
     assert "sparse attention (DSA)" in reason(experimental_attention_variant="dsa")
     assert config_reason(SimpleNamespace(multi_latent_attention=True), "rope") is None
     assert "fused rope" in reason(multi_latent_attention=True, apply_rope_fusion=True)
@@ -338,16 +342,16 @@ def test_the_config_alone_names_what_rules_it_out() -> None:
 def test_an_hf_checkpoint_the_config_rules_out_is_refused_before_the_model_is_built(
     tp1: None, tmp_path: Path
 ) -> None:
-    """Qwen3.5 (gated delta net layers) through Bridge with `shared_prefix=True`: refused from
-    the provider's config, before `provide_distributed_model` builds anything."""
+    """GLM-5 (DSA sparse attention) through Bridge with `shared_prefix=True`: refused from the
+    provider's config, before `provide_distributed_model` builds anything."""
     from model_matrix import families
 
-    checkpoint = tmp_path / "qwen3.5"
-    families.write_checkpoint(checkpoint, "Qwen3_5ForCausalLM")
+    checkpoint = tmp_path / "glm5"
+    families.write_checkpoint(checkpoint, "GlmMoeDsaForCausalLM")
     config = WorkerConfig(
         device="cpu", model=ModelConfig(hf_checkpoint=str(checkpoint)), shared_prefix=True
     )
-    with pytest.raises(ValueError, match=r"shared_prefix=True, but .*gated delta net") as caught:
+    with pytest.raises(ValueError, match=r"shared_prefix=True, but .*sparse attention") as caught:
         build_gpt(config)
     frames = [entry.name for entry in caught.traceback]
     assert "refuse_before_build" in frames and "provide_distributed_model" not in frames
