@@ -1,4 +1,5 @@
-"""One prefill per distinct prompt: a GRPO group's samples share their prompt's KV cache.
+"""One prefill per distinct prompt: a GRPO group's samples share their prompt's KV cache (and,
+in models with recurrent layers, their prompt's convolution and recurrent states).
 
 A GRPO batch holds each prompt `num_generations` times. The prefill is a full forward over
 every prompt token, so on a 2-core CPU it is about half of a generate call (SmolLM2-135M's
@@ -83,3 +84,56 @@ def expand_cache(context: KVCacheContext, groups: PromptGroups, length: int) -> 
             )
         for buffer in buffers:
             buffer[:length, :batch] = buffer[:length, groups.inverse]
+
+
+def experts_exchange_tokens() -> bool:
+    """Whether MoE layers exchange tokens with ranks that hold other prompts (expert
+    parallelism): megatron-core's token dispatchers gather every EP rank's tokens in collectives
+    of equal sizes, so every rank must prefill as many rows as the others, its whole batch,
+    not its distinct prompts (their number differs between ranks when a prompt repeats)."""
+    from megatron.core import parallel_state
+
+    return parallel_state.get_expert_model_parallel_world_size() > 1
+
+
+def expand_states(
+    context: KVCacheContext, groups: PromptGroups, length: int, model: torch.nn.Module
+) -> None:
+    """`expand_cache` for a model with recurrent layers (Mamba-2, gated delta net), after a
+    prefill over `groups.first`: each recurrent layer's entry of the context, its per-row
+    (conv state, recurrent state) of the U prefilled rows, becomes the B rows' (row b gets its
+    prompt's), and every other entry is a KV cache expanded as `expand_cache` does.
+
+    A recurrent layer's entry is found by its module's `layer_number`, or Falcon-H1's
+    ("mamba", n) where the layer also has attention (its static cache namespaces the mixer's
+    entry). megatron-core's Mamba mixer reallocates zero states when the batch differs from the
+    one it cached (`cached_batch_size`): the expansion sets it to the batch the decode steps
+    run."""
+    from mcore_grpo.worker.layer_types import recurrent_layer_types
+
+    entries = context.key_value_memory_dict
+    recurrent = {}
+    for module in model.modules():
+        if isinstance(module, recurrent_layer_types()):
+            number = module.layer_number
+            recurrent[("mamba", number) if ("mamba", number) in entries else number] = module
+    missing = [key for key in recurrent if key not in entries]
+    if missing:
+        raise ValueError(
+            f"recurrent layers {missing} wrote no state in the inference context: the prefill "
+            "did not run through them, so there is nothing to share"
+        )
+    batch = groups.inverse.numel()
+    for key, module in recurrent.items():
+        entries[key] = tuple(state[groups.inverse] for state in entries[key])
+        if hasattr(module, "cached_batch_size"):
+            module.cached_batch_size = batch
+    attention = {k: v for k, v in entries.items() if k not in recurrent}
+    expand_cache(_Entries(attention), groups, length)
+
+
+@dataclass(frozen=True)
+class _Entries:
+    """A `KVCacheContext` over some of a context's entries (the buffers themselves)."""
+
+    key_value_memory_dict: dict[Any, Any]

@@ -10,6 +10,10 @@ position: its next prompt token while it has one, else the token sampled from it
 All rows stay at the same length, so the attention layers of a hybrid model need no mask
 either. A prompt longer than the shortest costs one decode step per extra token.
 
+Rows with the same prompt (a GRPO group) are prefilled once (`share_prefill`): the prefill
+runs over the distinct prompts, then each one's states and KV cache are copied to the rows that
+repeat it (`shared_prefill.expand_states`), as the KV-cache sampler does with its cache.
+
 The tokens, their logprobs and the output layout are the other samplers' (`Rollout`): each
 row's generated tokens are collected, then written to a `Rollout` column by column. Greedy
 tokens equal recompute's. A seeded sampler draws for every row at each step where some row
@@ -29,6 +33,11 @@ from mcore_grpo.worker.sampling import (
     SamplingGenerator,
     SamplingParams,
     sample_next,
+)
+from mcore_grpo.worker.shared_prefill import (
+    distinct_prompts,
+    expand_states,
+    experts_exchange_tokens,
 )
 
 
@@ -52,9 +61,12 @@ def generate_through_state(
     params: SamplingParams,
     vocab_size: int,
     generator: SamplingGenerator = None,
+    share_prefill: bool = True,
 ) -> GenerationOutput:
     """Sample up to `max_new_tokens` per row, decoding through the layers' recurrent state and
-    KV cache; same semantics as `recompute_sampler.generate_recompute`."""
+    KV cache; same semantics as `recompute_sampler.generate_recompute`. `share_prefill`: rows
+    with the same prompt are prefilled once (False prefills every row: the reference in
+    tests)."""
     from megatron.core.inference.contexts import StaticInferenceContext
     from megatron.core.inference.utils import InferenceMode
 
@@ -72,10 +84,21 @@ def generate_through_state(
     stops = torch.tensor(params.stop_token_ids, dtype=torch.long, device=device)
     rows = torch.arange(batch, device=device)
     context = StaticInferenceContext(batch, plen + params.max_new_tokens)
+    groups = (
+        distinct_prompts(prompt_ids, prompt_mask)
+        if share_prefill and not experts_exchange_tokens()
+        else None
+    )
+    shared = groups if groups is not None and groups.shared else None
+    prefilled = shared.first if shared is not None else slice(None)
     with InferenceMode.active():
         # Every prefilled column is real: causal attention needs no mask.
-        positions = torch.arange(shortest, device=device).expand(batch, -1)
-        logits = model_logits(model, aligned[:, :shortest], positions, None, context)
+        prefill = aligned[prefilled, :shortest]
+        positions = torch.arange(shortest, device=device).expand(prefill.shape[0], -1)
+        logits = model_logits(model, prefill, positions, None, context)
+        if shared is not None:
+            expand_states(context, shared, shortest, model)
+            logits = logits[shared.inverse]
         context.increment_sequence_len_offset(shortest)
         context.enable_decode_mode()
         fed = shortest

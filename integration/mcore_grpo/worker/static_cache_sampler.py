@@ -43,7 +43,7 @@ from mcore_grpo.worker.sampling import (
     SamplingParams,
     sample_next,
 )
-from mcore_grpo.worker.shared_prefill import distinct_prompts, expand_cache
+from mcore_grpo.worker.shared_prefill import distinct_prompts, expand_cache, experts_exchange_tokens
 
 
 def cache_unsupported_reason(model: torch.nn.Module) -> str | None:
@@ -90,7 +90,7 @@ def generate_static_cache(
     rollout = Rollout(prompt_ids, prompt_mask, params)
     batch, plen = prompt_ids.shape
     context = StaticInferenceContext(batch, plen + params.max_new_tokens)
-    share_prefill = share_prefill and not _experts_exchange_tokens()
+    share_prefill = share_prefill and not experts_exchange_tokens()
     groups = distinct_prompts(prompt_ids, prompt_mask) if share_prefill else None
     shared = groups if groups is not None and groups.shared else None
     rows = shared.first if shared is not None else slice(None)
@@ -118,16 +118,6 @@ def generate_static_cache(
             )
             context.increment_sequence_len_offset(1)
     return rollout.output()
-
-
-def _experts_exchange_tokens() -> bool:
-    """Whether MoE layers exchange tokens with ranks that hold other prompts (expert
-    parallelism): megatron-core's token dispatchers gather every EP rank's tokens in collectives
-    of equal sizes, so every rank must prefill as many rows as the others, its whole batch,
-    not its distinct prompts (their number differs between ranks when a prompt repeats)."""
-    from megatron.core import parallel_state
-
-    return parallel_state.get_expert_model_parallel_world_size() > 1
 
 
 def prompt_attention(model: torch.nn.Module, valid: torch.Tensor) -> tuple[Any, Any]:
