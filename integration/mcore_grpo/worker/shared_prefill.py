@@ -132,7 +132,7 @@ def expand_states(
     expand_cache(_Entries(attention), groups, length)
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Entries:
     """A `KVCacheContext` over some of a context's entries (the buffers themselves)."""
 

@@ -119,13 +119,11 @@ def _overridden_together(cls: type, method: str, counterpart: str) -> bool:
     """Whether `cls` defines `counterpart` where it defines `method` or below: a subclass that
     overrides `forward` (another table) but inherits `get_emb_at_positions` would be read at
     its base's table."""
-    owners = {
-        name: next((c for c in cls.__mro__ if name in vars(c)), None)
-        for name in (method, counterpart)
-    }
-    if owners[counterpart] is None:
+    defines = next((c for c in cls.__mro__ if counterpart in vars(c)), None)
+    if defines is None:
         return False
-    return owners[method] is None or issubclass(owners[counterpart], owners[method])
+    overrides = next((c for c in cls.__mro__ if method in vars(c)), None)
+    return overrides is None or issubclass(defines, overrides)
 
 
 def attention_reason(model: torch.nn.Module) -> str | None:

@@ -24,6 +24,8 @@ their draws).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from mcore_grpo.worker.forward import leading_pads, model_logits, roll_rows
@@ -35,6 +37,7 @@ from mcore_grpo.worker.sampling import (
     sample_next,
 )
 from mcore_grpo.worker.shared_prefill import (
+    PromptGroups,
     distinct_prompts,
     expand_states,
     experts_exchange_tokens,
@@ -51,6 +54,33 @@ def _prompt_lengths(prompt_mask: torch.Tensor) -> torch.Tensor:
             "cannot start from nothing; drop the row or give it a token."
         )
     return lengths
+
+
+def _repeated_prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> PromptGroups | None:
+    """The batch's prompt groups where some prompt repeats and the prefill may run over the
+    distinct ones only (not under expert parallelism: `experts_exchange_tokens`), else None."""
+    if experts_exchange_tokens():
+        return None
+    groups = distinct_prompts(prompt_ids, prompt_mask)
+    return groups if groups.shared else None
+
+
+def _prefill(
+    model: torch.nn.Module,
+    prompts: torch.Tensor,
+    context: Any,
+    shared: PromptGroups | None,
+) -> torch.Tensor:
+    """The logits after `prompts` ([B, m], every column real: causal attention needs no mask),
+    writing the context's states and caches; with `shared`, forwarding only its distinct
+    prompts and copying their states and caches to the rows that repeat them."""
+    rows = prompts[shared.first] if shared is not None else prompts
+    positions = torch.arange(rows.shape[1], device=rows.device).expand(rows.shape[0], -1)
+    logits = model_logits(model, rows, positions, None, context)
+    if shared is None:
+        return logits
+    expand_states(context, shared, rows.shape[1], model)
+    return logits[shared.inverse]
 
 
 @torch.no_grad()
@@ -84,21 +114,9 @@ def generate_through_state(
     stops = torch.tensor(params.stop_token_ids, dtype=torch.long, device=device)
     rows = torch.arange(batch, device=device)
     context = StaticInferenceContext(batch, plen + params.max_new_tokens)
-    groups = (
-        distinct_prompts(prompt_ids, prompt_mask)
-        if share_prefill and not experts_exchange_tokens()
-        else None
-    )
-    shared = groups if groups is not None and groups.shared else None
-    prefilled = shared.first if shared is not None else slice(None)
+    shared = _repeated_prompts(prompt_ids, prompt_mask) if share_prefill else None
     with InferenceMode.active():
-        # Every prefilled column is real: causal attention needs no mask.
-        prefill = aligned[prefilled, :shortest]
-        positions = torch.arange(shortest, device=device).expand(prefill.shape[0], -1)
-        logits = model_logits(model, prefill, positions, None, context)
-        if shared is not None:
-            expand_states(context, shared, shortest, model)
-            logits = logits[shared.inverse]
+        logits = _prefill(model, aligned[:, :shortest], context, shared)
         context.increment_sequence_len_offset(shortest)
         context.enable_decode_mode()
         fed = shortest
