@@ -72,15 +72,20 @@ def expand_cache(context: KVCacheContext, groups: PromptGroups, length: int) -> 
     attention layer to its ([max_seq, max_batch, ...] key, value) buffers. Anything else in it
     (a recurrent layer's state, a multimodal token count) is not a KV cache this can expand:
     that is a caller's error, raised naming the entry."""
+    _expand_buffers(context.key_value_memory_dict, groups, length)
+
+
+def _expand_buffers(entries: dict[Any, Any], groups: PromptGroups, length: int) -> None:
+    """`expand_cache` over the given entries of a context (each a tuple of KV buffers)."""
     batch = groups.inverse.numel()
-    for layer, buffers in context.key_value_memory_dict.items():
+    for layer, buffers in entries.items():
         if not isinstance(buffers, tuple) or not all(
             isinstance(b, torch.Tensor) and b.dim() >= 2 and b.shape[1] >= batch for b in buffers
         ):
             raise ValueError(
                 f"inference context entry {layer!r} is not a [seq, batch, ...] key/value cache "
                 f"of at least {batch} rows; a shared prefill can only expand attention KV caches "
-                "(recurrent layers decode through state_sampler)"
+                "(a model with recurrent layers: expand_states)"
             )
         for buffer in buffers:
             buffer[:length, :batch] = buffer[:length, groups.inverse]
@@ -112,9 +117,10 @@ def expand_states(
     from mcore_grpo.worker.layer_types import recurrent_layer_types
 
     entries = context.key_value_memory_dict
+    kinds = recurrent_layer_types()
     recurrent = {}
     for module in model.modules():
-        if isinstance(module, recurrent_layer_types()):
+        if isinstance(module, kinds):
             number = module.layer_number
             recurrent[("mamba", number) if ("mamba", number) in entries else number] = module
     missing = [key for key in recurrent if key not in entries]
@@ -128,12 +134,4 @@ def expand_states(
         entries[key] = tuple(state[groups.inverse] for state in entries[key])
         if hasattr(module, "cached_batch_size"):
             module.cached_batch_size = batch
-    attention = {k: v for k, v in entries.items() if k not in recurrent}
-    expand_cache(_Entries(attention), groups, length)
-
-
-@dataclass
-class _Entries:
-    """A `KVCacheContext` over some of a context's entries (the buffers themselves)."""
-
-    key_value_memory_dict: dict[Any, Any]
+    _expand_buffers({k: v for k, v in entries.items() if k not in recurrent}, groups, length)

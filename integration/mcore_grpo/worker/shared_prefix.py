@@ -140,7 +140,7 @@ def attention_reason(model: torch.nn.Module) -> str | None:
                 f"its attention ({name}) takes no shared-prefix segments; "
                 "megatron-core's local and Transformer Engine attention do"
             )
-        if forward.startswith("Gemma2") and not _score_transform_available():
+        if forward.startswith("Gemma2") and not _segment_attention_takes("score_transform"):
             return (
                 f"its attention ({name}) soft-caps its scores, which megatron-core's segment "
                 "attention takes only with patches/Megatron-LM/shared-prefix-score-transform.patch"
@@ -157,8 +157,9 @@ def _recurrent_reason(model: torch.nn.Module) -> str | None:
     """Why the model's recurrent layers would not start each continuation from its prefix's
     state, or None: Mamba-2 mixers do with patches/Megatron-LM/mamba-shared-prefix-state.patch,
     gated delta nets with gdn-shared-prefix-state.patch; gated delta net 2 never yet."""
+    kinds = recurrent_layer_types()
     for module in model.modules():
-        if isinstance(module, recurrent_layer_types()) and not _takes_segments(module):
+        if isinstance(module, kinds) and not _takes_segments(module):
             return f"{RECURRENT_REASON} ({type(module).__name__} takes no segments)"
     return None
 
@@ -211,7 +212,7 @@ def config_reason(config: Any, position_embedding_type: str) -> str | None:
         pattern or ""
     )
     if variant == "gdn2" or (gated_delta_net and not gated_delta_net_segments_available()):
-        return f"{RECURRENT_REASON} (gated delta net {variant or ''} takes no segments)"
+        return f"{RECURRENT_REASON} (gated delta net {variant or 'G'} takes no segments)"
     if MAMBA_SYMBOL in (pattern or "") and not mamba_segments_available():
         return f"{RECURRENT_REASON} (Mamba takes no segments)"
     if variant == "dsa":
@@ -241,7 +242,9 @@ def config_reason(config: Any, position_embedding_type: str) -> str | None:
         )
     if kind not in ("rope", "yarn", "learned_absolute", "none") and not multi_latent:
         return f"position_embedding_type {kind!r} is not taken from position_ids"
-    if getattr(config, "softmax_type", "vanilla") != "vanilla" and not _softmax_offset_available():
+    if getattr(config, "softmax_type", "vanilla") != "vanilla" and not _segment_attention_takes(
+        "softmax_offset"
+    ):
         return (
             f"its attention sinks (softmax_type {config.softmax_type!r}) are refused over "
             "segments: apply patches/Megatron-LM/shared-prefix-softmax-offset.patch "
@@ -307,20 +310,13 @@ def yarn_from_position_ids_available() -> bool:
     return "get_emb_at_positions" in vars(YarnRotaryEmbedding)
 
 
-def _softmax_offset_available() -> bool:
-    """Whether megatron-core's local attention adds a softmax offset over segments
-    (patches/Megatron-LM/shared-prefix-softmax-offset.patch applied)."""
+def _segment_attention_takes(argument: str) -> bool:
+    """Whether megatron-core's segment attention takes `argument`: 'softmax_offset' (attention
+    sinks, patches/Megatron-LM/shared-prefix-softmax-offset.patch) or 'score_transform' (Gemma
+    2's soft-capping, shared-prefix-score-transform.patch)."""
     from megatron.core.transformer.shared_prefix_attention import shared_prefix_attention
 
-    return "softmax_offset" in inspect.signature(shared_prefix_attention).parameters
-
-
-def _score_transform_available() -> bool:
-    """Whether megatron-core's segment attention transforms scores before its mask, as Gemma 2's
-    soft-capping needs (patches/Megatron-LM/shared-prefix-score-transform.patch applied)."""
-    from megatron.core.transformer.shared_prefix_attention import shared_prefix_attention
-
-    return "score_transform" in inspect.signature(shared_prefix_attention).parameters
+    return argument in inspect.signature(shared_prefix_attention).parameters
 
 
 def token_sequences_available() -> bool:
