@@ -43,12 +43,18 @@ def transformers_logits(checkpoint: Path, vocab: int) -> torch.Tensor:
         return model.eval()(tokens(vocab)).logits
 
 
-def worker_config(checkpoint: Path, tp: int, ep: int, vocab: int) -> WorkerConfig:
+def worker_config(
+    checkpoint: Path, tp: int, ep: int, vocab: int, sequence_parallel: bool = False
+) -> WorkerConfig:
     """The fp32 CPU worker config of `checkpoint` (`vocab` ids) at TP=`tp` x EP=`ep`, with
-    sequence parallelism at TP > 1 for the architectures `families.SEQUENCE_PARALLEL` names."""
+    sequence parallelism at TP > 1 where asked (an MoE family trained: megatron-core's MoE layer
+    and the worker's config refuse TP > 1 without it) and for the architectures
+    `families.SEQUENCE_PARALLEL` names."""
     from model_matrix import families
 
-    sequence_parallel = tp > 1 and families.architecture(checkpoint) in families.SEQUENCE_PARALLEL
+    sequence_parallel = tp > 1 and (
+        sequence_parallel or families.architecture(checkpoint) in families.SEQUENCE_PARALLEL
+    )
     return WorkerConfig(
         device="cpu",
         model=ModelConfig(hf_checkpoint=str(checkpoint), vocab_size=vocab),
@@ -63,10 +69,10 @@ def worker_config(checkpoint: Path, tp: int, ep: int, vocab: int) -> WorkerConfi
 
 @contextlib.contextmanager
 def imported_model(
-    checkpoint: Path, tp: int, ep: int, vocab: int
+    checkpoint: Path, tp: int, ep: int, vocab: int, sequence_parallel: bool = False
 ) -> Iterator[tuple[WorkerConfig, Any]]:
     """The model Bridge builds from `checkpoint` at `tp` x `ep` (eval mode, no_grad), with the
-    model-parallel state it needs for the block."""
+    model-parallel state it needs for the block (`sequence_parallel`: `worker_config`'s)."""
     from mcore_grpo.worker.cpu import cpu_device, model_parallel_seed
     from mcore_grpo.worker.model import build_gpt
     from megatron.core import parallel_state
@@ -76,7 +82,7 @@ def imported_model(
     )
     try:
         model_parallel_seed(0, "cpu")
-        config = worker_config(checkpoint, tp, ep, vocab)
+        config = worker_config(checkpoint, tp, ep, vocab, sequence_parallel)
         with cpu_device("cpu"), torch.no_grad():
             gpt = build_gpt(config)[1]
             # Inference: megatron-core refuses an MoE layer at TP > 1 without sequence
@@ -175,19 +181,22 @@ def grpo_batch(vocab: int, rows: int = 4, length: int = 12) -> dict[str, torch.T
 SHARED_PROMPTS, SHARED_COMPLETIONS = (5, 7), ((2, 6, 4), (3, 1, 5))
 
 
-def shared_prefix_difference(checkpoint: Path, tp: int, ep: int, vocab: int) -> dict[str, Any]:
+def shared_prefix_difference(
+    checkpoint: Path, tp: int, ep: int, vocab: int, moe: bool = False
+) -> dict[str, Any]:
     """Shared-prefix rows against whole rows on two groups of three (prompts and completions
     of unequal lengths) through the worker's logprob entry: the largest logprob difference and
     the worst relative gradient difference over parameters of one weighted sum of them. For MoE
     families the forwards are training ones, so the routers' auxiliary and z losses add their
     gradients, and 'router' is the worst relative difference of the step's router metrics
     (`RouterStats`: the losses and the tokens per expert). Where the worker would not share
-    (`shared_prefix.unsupported_reason`), the reason instead."""
+    (`shared_prefix.unsupported_reason`), the reason instead. An MoE family at TP > 1 runs with
+    sequence parallelism, as the worker trains it."""
     from mcore_grpo.worker.logprobs import policy_token_logprobs
     from mcore_grpo.worker.shared_prefix import enable, unsupported_reason
 
     with (
-        imported_model(checkpoint, tp, ep, vocab) as (config, gpt),
+        imported_model(checkpoint, tp, ep, vocab, sequence_parallel=moe) as (config, gpt),
         torch.enable_grad(),
         aux_loss_scale_kept(),
     ):
@@ -205,31 +214,72 @@ def shared_prefix_difference(checkpoint: Path, tp: int, ep: int, vocab: int) -> 
                 logprobs[shared], logits = policy_token_logprobs(gpt, ids, valid, config, shared)
                 tokens_forwarded[shared] = logits.shape[0] * logits.shape[1]
                 (logprobs[shared] * weights).sum().backward()
-                grads[shared] = {
-                    n: p.grad.detach().clone()
-                    for n, p in gpt.named_parameters()
-                    if p.grad is not None
-                }
+                grads[shared] = reduced_grads(gpt)
                 gpt.zero_grad(set_to_none=True)
                 if stats is not None:
                     router[shared] = stats.collect(None, ids.device)
         finally:
             if stats is not None:
                 stats.close()
-    if grads[True].keys() != grads[False].keys():
-        raise AssertionError("shared and whole rows reached different parameters")
+        if grads[True].keys() != grads[False].keys():
+            raise AssertionError("shared and whole rows reached different parameters")
+        gradients = gradient_difference(gpt, grads[True], grads[False])  # a TP collective
     if tokens_forwarded[True] >= tokens_forwarded[False]:
         raise AssertionError(f"nothing was shared: {tokens_forwarded} columns forwarded")
     figures = {
         "logprobs": float((logprobs[True] - logprobs[False])[scored].abs().max()),
-        "gradients": max(
-            float((g - grads[False][n]).norm() / grads[False][n].norm().clamp(min=1e-12))
-            for n, g in grads[True].items()
-        ),
+        "gradients": gradients,
     }
     if router:
         figures["router"] = router_difference(router[True], router[False])
     return figures
+
+
+def reduced_grads(gpt: Any) -> dict[str, torch.Tensor]:
+    """Every parameter's gradient, summed over the ranks that hold a replica of it: a
+    parameter not split over TP (norms, routers, q/k layernorms, MLA's down projections) over
+    the TP group, an expert replicated over TP (expert TP 1) over the expert-data-parallel
+    group. Such a replica's gradient on one rank covers that rank's slice of the columns
+    (sequence parallelism) or of the heads, and the shared and whole rows split their tokens
+    over the ranks differently: only the sums are the same, as megatron-core's
+    `finalize_model_grads` and DDP reduce them (where it averages instead, or the replicas saw
+    the same tokens, the sum scales both sides alike)."""
+    from megatron.core import parallel_state
+
+    grads = {}
+    for name, param in gpt.named_parameters():
+        if param.grad is None:
+            continue
+        grad = param.grad.detach().clone()
+        if not getattr(param, "allreduce", True):
+            group = parallel_state.get_expert_data_parallel_group()
+            torch.distributed.all_reduce(grad, group=group)
+        elif not getattr(param, "tensor_model_parallel", False):
+            group = parallel_state.get_tensor_model_parallel_group()
+            torch.distributed.all_reduce(grad, group=group)
+        grads[name] = grad
+    return grads
+
+
+def gradient_difference(
+    gpt: Any, got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]
+) -> float:
+    """The worst relative difference ‖got - expected‖ / ‖expected‖ over parameters, each whole:
+    a parameter split over TP by its norms over all the ranks' shards (one rank's shard of a
+    per-head parameter may hold only heads of tiny gradient, where fp32 rounding weighs more)."""
+    from megatron.core import parallel_state
+
+    sharded = {n for n, p in gpt.named_parameters() if getattr(p, "tensor_model_parallel", False)}
+    worst = 0.0
+    for name, value in got.items():
+        norms = torch.stack(
+            [(value - expected[name]).square().sum(), expected[name].square().sum()]
+        )
+        if name in sharded:
+            group = parallel_state.get_tensor_model_parallel_group()
+            torch.distributed.all_reduce(norms, group=group)
+        worst = max(worst, float(norms[0].sqrt() / norms[1].sqrt().clamp(min=1e-12)))
+    return worst
 
 
 @contextlib.contextmanager

@@ -90,16 +90,18 @@ def _header(
         "finite and the weights move.",
         "- Shared prefix: two groups of three rows (prompts and completions of unequal lengths) "
         "through the worker's logprob entry, shared-prefix rows against whole rows, at TP=1 "
-        "(EP=2 for MoE): max |logprob difference| / worst relative gradient difference over "
-        "parameters / (MoE, training forwards) worst relative difference of the router's "
+        "and TP=2 (dense) or TP=1 and EP=2 (MoE): max |logprob difference| / worst relative "
+        "gradient difference over parameters (each whole: summed over the ranks holding a "
+        "replica, a TP-split one over its shards) / (MoE, training forwards) worst relative "
+        "difference of the router's "
         "auxiliary and z losses and tokens per expert; pass at <= 1e-05 each. 'off': the worker "
         "uses whole rows for this model, for the numbered reason.",
         "- `tests/integration/model_matrix/test_matrix.py` re-measures a fixed sample covering every "
         "feature on each CI run.",
         "",
         "| architecture | Bridge class | features | TP=1 | TP=2 | EP=2 | export | GRPO step "
-        "| shared prefix | s |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| shared TP=1 | shared TP=2 | shared EP=2 | s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
 
@@ -107,16 +109,19 @@ def _row_cells(row: dict[str, Any], reasons: list[str], tolerance: float) -> lis
     """A matrix row's value cells, as far as the row was measured (a row that stops early
     has one cell and dashes: one reason for the row)."""
     if "layouts" not in row and "checkpoint" not in row:  # --arch into a new --json
-        return ["not measured"] + ["-"] * 5
+        return ["not measured"] + ["-"] * 7
     if "layouts" not in row:
-        return [_cell(row["checkpoint"], reasons, tolerance)] + ["-"] * 5
+        return [_cell(row["checkpoint"], reasons, tolerance)] + ["-"] * 7
     if "export" not in row:  # it does not build at TP=1: one reason for the row
-        return [_cell(row["layouts"]["TP=1"], reasons, tolerance)] + ["-"] * 5
-    return [_cell(row["layouts"].get(c), reasons, tolerance) for c in COLUMNS] + [
-        _cell(row["export"], reasons, tolerance),
-        _cell(row["grpo_step"], reasons, tolerance),
-        _cell(row.get("shared_prefix"), reasons, tolerance),
-    ]
+        return [_cell(row["layouts"]["TP=1"], reasons, tolerance)] + ["-"] * 7
+    return (
+        [_cell(row["layouts"].get(c), reasons, tolerance) for c in COLUMNS]
+        + [
+            _cell(row["export"], reasons, tolerance),
+            _cell(row["grpo_step"], reasons, tolerance),
+        ]
+        + [_cell(row.get("shared_prefix", {}).get(c), reasons, tolerance) for c in COLUMNS]
+    )
 
 
 def _failures(rows: list[dict[str, Any]], reasons: list[str]) -> list[str]:

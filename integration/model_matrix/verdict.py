@@ -22,9 +22,9 @@ def step_passes(step: dict[str, float] | None) -> bool:
 
 
 def shared_prefix_passes(result: dict[str, Any] | None) -> bool:
-    """The shared-prefix check: off with a named reason (the worker uses whole rows), or
-    logprobs, every parameter's gradient and (MoE) the router metrics within the bar of whole
-    rows'. A row measured before the column existed has no result and is not held to it."""
+    """The shared-prefix check at one layout: off with a named reason (the worker uses whole
+    rows), or logprobs, every parameter's gradient and (MoE) the router metrics within the bar
+    of whole rows'. Not measured (an earlier check failed): no result, not held to it."""
     if result is None:
         return True
     value = result.get("value")
@@ -43,6 +43,5 @@ def passes(row: dict[str, Any]) -> bool:
     values = [v.get("value") for v in row["layouts"].values()] + [row["export"].get("value")]
     if any(v is None or not v <= TOLERANCE for v in values):
         return False
-    return step_passes(row["grpo_step"].get("value")) and shared_prefix_passes(
-        row.get("shared_prefix")
-    )
+    shared = row.get("shared_prefix", {}).values()
+    return step_passes(row["grpo_step"].get("value")) and all(map(shared_prefix_passes, shared))

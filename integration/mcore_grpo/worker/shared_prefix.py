@@ -38,6 +38,7 @@ from mcore_grpo.worker.packed_rows import (
     packed_logprobs,
     row_ends,
 )
+from mcore_grpo.worker.shared_prefix_moe import moe_reason
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,11 @@ class FlopCost:
 RECURRENT_REASON = "its Mamba / gated delta net layers carry a state along the row, across suffixes"
 # TransformerConfig.experimental_attention_variant values with a gated delta net (1) layer
 GATED_DELTA_NET_VARIANTS = ("gdn", "gated_delta_net")
+DSA_REASON = (
+    "its sparse attention (DSA) bounds a packed query's keys by one [start, end) interval, "
+    "where a shared-prefix segment sees two (its prompt, its own tokens), and its indexer "
+    "rotates by row index"
+)
 MAMBA_SYMBOL, GATED_DELTA_NET_SYMBOL = "M", "G"  # megatron-core's hybrid layer pattern
 
 
@@ -216,7 +222,7 @@ def config_reason(config: Any, position_embedding_type: str) -> str | None:
     if MAMBA_SYMBOL in (pattern or "") and not mamba_segments_available():
         return f"{RECURRENT_REASON} (Mamba takes no segments)"
     if variant == "dsa":
-        return "its sparse attention (DSA) picks keys by its own indexer, which takes no mask"
+        return DSA_REASON
     if not segment_attention_available():
         return (
             "megatron-core attends no shared-prefix segments: apply "
@@ -253,7 +259,7 @@ def config_reason(config: Any, position_embedding_type: str) -> str | None:
     if (getattr(config, "context_parallel_size", 1) or 1) > 1:
         return "context parallelism would split the segments over ranks, which they do not follow"
     if getattr(config, "num_moe_experts", None):
-        return _moe_reason(config)
+        return moe_reason(config)
     return None
 
 
@@ -270,32 +276,6 @@ def _mla_reason(config: Any) -> str | None:
         )
     if getattr(config, "apply_rope_fusion", False):
         return "multi-latent attention's fused rope rotates by sequence index (apply_rope_fusion)"
-    return None
-
-
-def _moe_reason(config: Any) -> str | None:
-    """Routing is per token, so an MoE layer's outputs are exact over shared rows; what sees the
-    whole batch is exact only with megatron-core's token sequences (patches/Megatron-LM/
-    shared-prefix-moe-token-counts.patch): the auxiliary and z losses and the expert bias's
-    counts count a shared prompt token once per sample, and the sequence-level loss sums each
-    sample's segments. Never exact: a capacity, which drops tokens by the packed batch's
-    load."""
-    if getattr(config, "moe_expert_capacity_factor", None) is not None:
-        return "its experts' capacity drops tokens by the load of the whole batch"
-    if token_sequences_available():
-        return None
-    coefficients = {
-        "moe_aux_loss_coeff": getattr(config, "moe_aux_loss_coeff", 0.0),
-        "moe_z_loss_coeff": getattr(config, "moe_z_loss_coeff", None),
-    }
-    for name, value in coefficients.items():
-        values = value if isinstance(value, (list, tuple)) else [value]
-        if any(v for v in values):
-            return (
-                f"its router's auxiliary loss ({name}={value}) counts a shared prompt token once "
-                "instead of once per sample: apply patches/Megatron-LM/"
-                "shared-prefix-moe-token-counts.patch (tools/apply_patches.sh)"
-            )
     return None
 
 
@@ -317,14 +297,6 @@ def _segment_attention_takes(argument: str) -> bool:
     from megatron.core.transformer.shared_prefix_attention import shared_prefix_attention
 
     return argument in inspect.signature(shared_prefix_attention).parameters
-
-
-def token_sequences_available() -> bool:
-    """Whether megatron-core's MoE routers count a shared-prefix token once per sample holding
-    it (patches/Megatron-LM/shared-prefix-moe-token-counts.patch applied)."""
-    from megatron.core.transformer.shared_prefix_attention import SharedPrefixParams
-
-    return hasattr(SharedPrefixParams, "token_sequences")
 
 
 def enable(model: torch.nn.Module) -> None:

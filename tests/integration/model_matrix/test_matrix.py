@@ -111,3 +111,16 @@ def test_a_row_never_measured_renders_as_such() -> None:
     row = next(r for r in doc["rows"] if r["in_matrix"])
     doc["rows"][doc["rows"].index(row)] = {"architecture": row["architecture"], "in_matrix": True}
     assert f"| {row['architecture']} | - |  | not measured | - |" in page.render(doc)
+
+
+def test_shared_prefix_is_judged_at_every_layout_it_was_measured_at() -> None:
+    """A row measured exact at TP=1 and over the bar at TP=2 fails, and its page cell says so."""
+    doc = json.loads(matrix.JSON_PATH.read_text())
+    row = next(r for r in doc["rows"] if r["architecture"] == "LlamaForCausalLM")
+    assert set(row["shared_prefix"]) == {"TP=1", "TP=2"}
+    assert verdict.passes(row)
+    row["shared_prefix"]["TP=2"] = {"value": {"logprobs": 1e-7, "gradients": 0.5}}
+    assert not verdict.passes(row)
+    assert "✗ 1e-07 / 5e-01" in page.render(doc)
+    row["shared_prefix"]["TP=2"] = {"value": {"off": "a named reason"}}
+    assert verdict.passes(row)

@@ -337,6 +337,32 @@ def test_the_config_alone_names_what_rules_it_out() -> None:
     assert "capacity" in reason(num_moe_experts=4, moe_expert_capacity_factor=1.0)
     seq_aux = SimpleNamespace(num_moe_experts=4, moe_router_load_balancing_type="seq_aux_loss")
     assert config_reason(seq_aux, "rope") is None
+    # Under sequence parallelism (MoE at TP > 1): the sequence-level loss's gradient is not
+    # exact in megatron-core; the z-loss is (moe-z-loss-over-ranks.patch), as are the others.
+    sp = {"num_moe_experts": 4, "sequence_parallel": True}
+    assert "seq_aux_loss" in reason(
+        **sp, moe_router_load_balancing_type="seq_aux_loss", moe_aux_loss_coeff=1e-3
+    )
+    assert "seq_aux_loss" in reason(
+        **sp,
+        moe_router_load_balancing_type=["aux_loss", "seq_aux_loss"],
+        moe_aux_loss_coeff=[0.0, 1e-3],
+    )
+    assert (
+        config_reason(
+            SimpleNamespace(
+                **sp,
+                moe_router_load_balancing_type=["aux_loss", "seq_aux_loss"],
+                moe_aux_loss_coeff=[1e-3, 0.0],
+            ),
+            "rope",
+        )
+        is None
+    )
+    assert (
+        config_reason(SimpleNamespace(**sp, moe_aux_loss_coeff=1e-2, moe_z_loss_coeff=1e-3), "rope")
+        is None
+    )
 
 
 def test_an_hf_checkpoint_the_config_rules_out_is_refused_before_the_model_is_built(
